@@ -1,0 +1,9 @@
+"""memrl: training memory-efficient agents (Memo, MEM1) with Ray RLlib's new API stack.
+
+Importing the package registers its gymnasium environments under the ``memrl/`` namespace; every
+heavy dependency (Ray, torch, transformers, selenium) is imported lazily by the module that needs it.
+"""
+
+from memrl import envs as _envs  # noqa: F401  (registers memrl/* env ids)
+
+__version__ = "0.1.0"

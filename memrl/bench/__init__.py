@@ -1,0 +1,1 @@
+"""Commands of `memrl bench NAME`: one module per command (see memrl/plugins.py)."""
