@@ -1,7 +1,7 @@
 """memrl: training memory-efficient agents (Memo, MEM1) with Ray RLlib's new API stack.
 
 Importing the package registers its gymnasium environments under the ``memrl/`` namespace; every
-heavy dependency (Ray, torch, transformers, selenium) is imported lazily by the module that needs it.
+heavy dependency (Ray, torch, transformers, selenium) is imported lazily, where it is needed.
 """
 
 from memrl import envs as _envs  # noqa: F401  (registers memrl/* env ids)

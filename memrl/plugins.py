@@ -1,8 +1,8 @@
 """Discovery of the CLI's pluggable command groups (`memrl bench|serve|data NAME`).
 
-Each command is one module in the group's package (``memrl/bench``, ``memrl/serve``, ``memrl/data``);
-the module name with ``_`` turned into ``-`` is the command name, modules starting with ``_`` are
-private. A command module has:
+Each command is one module in its group's package (``memrl/bench``, ``memrl/serve``,
+``memrl/data``); the module name with ``_`` turned into ``-`` is the command name, and modules
+starting with ``_`` are private. A command module has:
 
 - a docstring whose first line is the one-line help;
 - ``add_arguments(parser: argparse.ArgumentParser) -> None``;

@@ -101,8 +101,10 @@ def write_report(
         if title:
             print(f"\n{title}")
         print(table)
-        print(f"\nwrote {out / (name + '.parquet')}, {out / (name + '.md')}"
-              + (f", {out / (name + '.png')}" if plots and rows else ""))
+        print(
+            f"\nwrote {out / (name + '.parquet')}, {out / (name + '.md')}"
+            + (f", {out / (name + '.png')}" if plots and rows else "")
+        )
     return out
 
 
@@ -152,8 +154,9 @@ def _plot(frame: Any, plots: Sequence[Plot], path: Path, title: str) -> None:
         else:
             for value, g in groups:
                 g = g.sort_values(spec.x)
-                ax.plot(g[spec.x], g[spec.y], marker="o",
-                        label=None if value is None else str(value))
+                ax.plot(
+                    g[spec.x], g[spec.y], marker="o", label=None if value is None else str(value)
+                )
         if spec.logx:
             ax.set_xscale("log")
         if spec.logy:
@@ -164,7 +167,7 @@ def _plot(frame: Any, plots: Sequence[Plot], path: Path, title: str) -> None:
         ax.grid(alpha=0.3)
         if spec.group:
             ax.legend(fontsize=8)
-    for ax in list(axes.flat)[len(panels):]:
+    for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
     fig.suptitle(title)
     fig.tight_layout()

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import gymnasium as gym
 
 MAX_TEXT_CHARS = 1_000_000
-"""Upper bound used for the Text spaces; real limits (turn tokens, page size) are enforced by envs."""
+"""Upper bound of the Text spaces; the real limits (turn tokens, page size) are the envs' own."""
 
 _CHARSET = frozenset(chr(i) for i in range(32, 127)) | frozenset("\n\t")
 

@@ -1,0 +1,74 @@
+"""RLlib callbacks shared by memrl's embodied runs: per-inner-episode metrics of a trial.
+
+Envs that run several inner episodes in one trial (Dark-Key-To-Door, the memory corridor,
+ObjNav-lite) report ``inner_episode_done`` / ``inner_episode_return`` / ``inner_episode_success``
+in ``info``. These callbacks collect them over the whole trial (episode chunks carry ``custom_data``
+across ``sample()`` calls) and log, at the trial's end, the return of inner episode k for the first
+``MAX_INDEXED`` indices: an agent that remembers gets better after its first inner episode.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ray.rllib.callbacks.callbacks import RLlibCallback
+
+MAX_INDEXED = 10
+"""Inner-episode indices reported one by one (later ones go into ``inner_return_later``)."""
+
+
+class InnerEpisodeMetrics(RLlibCallback):
+    """Logs ``inner_return_<k>``, ``inner_success_rate`` and ``inner_episodes`` per trial."""
+
+    def on_episode_step(self, *, episode: Any, **kwargs: Any) -> None:
+        info = episode.get_infos(-1)
+        if isinstance(info, dict) and info.get("inner_episode_done"):
+            data = episode.custom_data
+            data.setdefault("inner_returns", []).append(float(info.get("inner_episode_return", 0)))
+            data.setdefault("inner_success", []).append(bool(info.get("inner_episode_success")))
+
+    def on_episode_end(self, *, episode: Any, metrics_logger: Any = None, **kwargs: Any) -> None:
+        returns = episode.custom_data.get("inner_returns")
+        if not returns or metrics_logger is None:
+            return
+        for k, ret in enumerate(returns[:MAX_INDEXED]):
+            metrics_logger.log_value(f"inner_return_{k}", ret, reduce="mean", window=100)
+        if len(returns) > MAX_INDEXED:
+            later = returns[MAX_INDEXED:]
+            metrics_logger.log_value(
+                "inner_return_later", sum(later) / len(later), reduce="mean", window=100
+            )
+        success = episode.custom_data["inner_success"]
+        metrics_logger.log_value(
+            "inner_success_rate", sum(success) / len(success), reduce="mean", window=100
+        )
+        metrics_logger.log_value("inner_episodes", len(returns), reduce="mean", window=100)
+
+
+def inner_episode_stats(episodes: list[Any]) -> dict[str, Any]:
+    """The same statistics computed from finished episodes (used by `memrl eval`).
+
+    Returns:
+        ``inner_return_by_index`` (mean return of inner episode k over trials, as a list),
+        ``inner_success_rate`` and ``inner_episodes_mean``; empty when the env reports none.
+    """
+    per_index: list[list[float]] = []
+    successes: list[bool] = []
+    counts = []
+    for ep in episodes:
+        n = 0
+        for info in ep.get_infos():
+            if isinstance(info, dict) and info.get("inner_episode_done"):
+                if n >= len(per_index):
+                    per_index.append([])
+                per_index[n].append(float(info.get("inner_episode_return", 0.0)))
+                successes.append(bool(info.get("inner_episode_success")))
+                n += 1
+        counts.append(n)
+    if not successes:
+        return {}
+    return {
+        "inner_return_by_index": [sum(v) / len(v) for v in per_index],
+        "inner_success_rate": sum(successes) / len(successes),
+        "inner_episodes_mean": sum(counts) / len(counts),
+    }

@@ -1,0 +1,216 @@
+"""The `memrl` command: train, eval, tune, and the bench/serve/data command groups.
+
+User errors (a bad config, a missing file, an impossible resource request) are printed as one
+``error: ...`` line with exit code 2, without a traceback; ``MEMRL_DEBUG=1`` shows the traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import traceback
+import warnings
+from collections.abc import Sequence
+
+from memrl import plugins
+
+EXIT_USAGE = 2
+
+
+def _add_train(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "train",
+        help="train an experiment config",
+        description="Train an experiment (PPO on the new API stack by default) on an "
+        "embedded local Ray, or on a cluster with --address.",
+    )
+    p.add_argument("config", help="experiment YAML, e.g. configs/quickstart.yaml")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config value, e.g. --set algorithm.lr=1e-4 (repeatable)",
+    )
+    p.add_argument("--stop-iters", type=int, help="training iterations (overrides run.stop_iters)")
+    p.add_argument(
+        "--stop-timesteps",
+        type=int,
+        help="env steps after which to stop (overrides run.stop_timesteps)",
+    )
+    p.add_argument("--output", help="run directory (default: <run.output_dir>/<name>)")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in the run directory from its newest checkpoint",
+    )
+    p.add_argument("--address", help="join this Ray cluster (default: RAY_ADDRESS, else embedded)")
+    p.add_argument("--dashboard", action="store_true", help="start the embedded Ray's dashboard")
+
+
+def _add_eval(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "eval",
+        help="evaluate a checkpoint",
+        description="Run episodes with a trained checkpoint (no exploration) and "
+        "report returns, lengths and per-inner-episode returns.",
+    )
+    p.add_argument(
+        "checkpoint", help="a checkpoint dir (runs/NAME/checkpoints/iter_N) or a run dir"
+    )
+    p.add_argument("--episodes", type=int, help="episodes to run (default: run.eval_episodes)")
+    p.add_argument("--output", help="write the results as JSON to this file")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a value of the run's config, e.g. --set env.config.trial_len=1000",
+    )
+    p.add_argument("--explore", action="store_true", help="sample actions instead of the mode")
+
+
+def _add_tune(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "tune",
+        help="run a Tune sweep of an experiment config",
+        description="Run the config's `tune:` section (search space, scheduler, "
+        "metric) with Ray Tune.",
+    )
+    p.add_argument("config", help="experiment YAML with a tune: section")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--output", help="sweep directory (default: <run.output_dir>/<name>-tune)")
+    p.add_argument("--resume", action="store_true", help="resume an interrupted sweep")
+    p.add_argument("--address", help="join this Ray cluster (default: RAY_ADDRESS, else embedded)")
+
+
+def _add_group(sub: argparse._SubParsersAction, group: str, help_text: str) -> None:
+    # Command modules are imported only when their group runs, so one broken or slow optional
+    # command cannot break or slow the others.
+    p = sub.add_parser(group, help=help_text, description=help_text, add_help=False)
+    p.add_argument("name", nargs="?", metavar="NAME", help=f"the {group} command")
+    p.add_argument("rest", nargs=argparse.REMAINDER, help="the command's own arguments")
+    p.add_argument("-h", "--help", action="store_true", dest="group_help")
+
+
+def _group_listing(group: str) -> str:
+    lines = [f"usage: memrl {group} NAME [--help | ARGS ...]", "", f"{group} commands:"]
+    for name in plugins.command_names(group):
+        try:
+            text = plugins.one_line_help(plugins.load_command(group, name))
+        except Exception as err:  # noqa: BLE001  (list the command even if it cannot load)
+            text = f"(unavailable: {type(err).__name__}: {err})"
+        lines.append(f"  {name:<18} {text}")
+    if len(lines) == 3:
+        lines.append("  (none yet)")
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="memrl",
+        description="Train, evaluate, sweep and benchmark memory-efficient RL agents "
+        "(Memo, MEM1) on Ray RLlib.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    _add_train(sub)
+    _add_eval(sub)
+    _add_tune(sub)
+    _add_group(sub, "bench", "benchmarks: print a table, write parquet + PNG")
+    _add_group(sub, "serve", "services: retrieval server, WebShop site")
+    _add_group(sub, "data", "build corpora, indexes, task sets and catalogues")
+    return parser
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    from memrl.config import load_config
+    from memrl.train import train
+
+    overrides = list(args.overrides)
+    if args.stop_iters is not None:
+        overrides.append(f"run.stop_iters={args.stop_iters}")
+    if args.stop_timesteps is not None:
+        overrides.append(f"run.stop_timesteps={args.stop_timesteps}")
+    exp = load_config(args.config, overrides)
+    train(
+        exp, run_dir=args.output, resume=args.resume, address=args.address, dashboard=args.dashboard
+    )
+    return 0
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    from memrl.evaluate import evaluate_checkpoint
+
+    evaluate_checkpoint(
+        args.checkpoint,
+        episodes=args.episodes,
+        output=args.output,
+        overrides=args.overrides,
+        explore=args.explore,
+    )
+    return 0
+
+
+def _cmd_tune(args: argparse.Namespace) -> int:
+    from memrl.tune import run_tune
+
+    return run_tune(args)
+
+
+def _cmd_group(args: argparse.Namespace) -> int:
+    if not args.name or (args.group_help and not args.name):
+        print(_group_listing(args.command))
+        return 0 if args.group_help else EXIT_USAGE
+    module = plugins.load_command(args.command, args.name)
+    parser = argparse.ArgumentParser(
+        prog=f"memrl {args.command} {args.name}",
+        description=(module.__doc__ or "").strip(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    module.add_arguments(parser)
+    rest = list(args.rest) + (["--help"] if args.group_help else [])
+    sub_args = parser.parse_args(rest)
+    sub_args.command, sub_args.name = args.command, args.name
+    return int(module.run(sub_args) or 0)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if not args.verbose:
+        warnings.filterwarnings("ignore", category=DeprecationWarning)
+    if args.command is None:
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        if args.command == "train":
+            return _cmd_train(args)
+        if args.command == "eval":
+            return _cmd_eval(args)
+        if args.command == "tune":
+            return _cmd_tune(args)
+        return _cmd_group(args)
+    except (ValueError, TypeError, FileNotFoundError, NotImplementedError) as err:
+        if os.environ.get("MEMRL_DEBUG"):
+            traceback.print_exc()
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print(
+            "interrupted; checkpoints and metrics written so far are kept (continue with --resume)",
+            file=sys.stderr,
+        )
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

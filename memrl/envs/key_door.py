@@ -1,0 +1,185 @@
+"""Dark-Key-To-Door: the in-context RL memory task of the Memo paper (see specs/memo.md).
+
+A trial (one RLlib episode) is ``trial_len`` steps in one layout: start, key and door cells drawn
+uniformly and independently on a ``size`` x ``size`` grid. Inside the trial, inner episodes of at
+most ``episode_len`` steps restart the agent at the start cell (soft reset: the layout stays). The
+agent gets +1 on first reaching the key and +1 on reaching the door while holding the key, which
+ends the inner episode. In the dark the observation does not show key or door, so an agent can only
+get faster after its first inner episode by remembering where they were.
+
+Observation (float32):
+    ``[x/size, y/size, has_key, t/episode_len]`` (``t``: step within the inner episode), then, with
+    ``dark=False``, ``[key_x/size, key_y/size, door_x/size, door_y/size]``, then, with
+    ``in_context_inputs=True``, the previous action one-hot (5), the previous reward and a flag that
+    is 1 at the first step of an inner episode.
+Actions: 0 no-op, 1 up (y+1), 2 down (y-1), 3 left (x-1), 4 right (x+1); moves are clipped at walls.
+Info: ``inner_episode`` (index within the trial), ``inner_episode_step``, and at the step that ends
+an inner episode ``inner_episode_done=True``, ``inner_episode_return``, ``inner_episode_success``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+_MOVES = np.array([[0, 0], [0, 1], [0, -1], [-1, 0], [1, 0]], dtype=np.int64)
+NUM_ACTIONS = len(_MOVES)
+
+
+class DarkKeyToDoorEnv(gym.Env):
+    """The Dark-Key-To-Door grid world; one env episode is one trial of many inner episodes."""
+
+    metadata = {"render_modes": ["ansi"]}
+
+    def __init__(
+        self,
+        size: int = 9,
+        episode_len: int = 50,
+        trial_len: int = 500,
+        dark: bool = True,
+        in_context_inputs: bool = True,
+        render_mode: str | None = None,
+    ) -> None:
+        for name, value, low in (
+            ("size", size, 2),
+            ("episode_len", episode_len, 1),
+            ("trial_len", trial_len, 1),
+        ):
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise ValueError(f"DarkKeyToDoor {name} must be an int >= {low}, got {value!r}")
+        if render_mode not in (None, "ansi"):
+            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+        self.size = size
+        self.episode_len = episode_len
+        self.trial_len = trial_len
+        self.dark = bool(dark)
+        self.in_context_inputs = bool(in_context_inputs)
+        self.render_mode = render_mode
+        obs_dim = 4 + (0 if self.dark else 4) + (NUM_ACTIONS + 2 if self.in_context_inputs else 0)
+        self.observation_space = gym.spaces.Box(-1.0, 1.0, shape=(obs_dim,), dtype=np.float32)
+        self.action_space = gym.spaces.Discrete(NUM_ACTIONS)
+        self._start = np.zeros(2, np.int64)
+        self._key = np.zeros(2, np.int64)
+        self._door = np.zeros(2, np.int64)
+        self._pos = np.zeros(2, np.int64)
+        self._has_key = False
+        self._t = 0
+        self._trial_t = 0
+        self._inner = 0
+        self._inner_return = 0.0
+
+    # The hidden layout, for tests and renderers.
+    @property
+    def agent_pos(self) -> tuple[int, int]:
+        return int(self._pos[0]), int(self._pos[1])
+
+    @property
+    def key_pos(self) -> tuple[int, int]:
+        return int(self._key[0]), int(self._key[1])
+
+    @property
+    def door_pos(self) -> tuple[int, int]:
+        return int(self._door[0]), int(self._door[1])
+
+    @property
+    def start_pos(self) -> tuple[int, int]:
+        return int(self._start[0]), int(self._start[1])
+
+    @property
+    def has_key(self) -> bool:
+        return self._has_key
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        """Starts a new trial with a freshly drawn layout."""
+        super().reset(seed=seed)
+        cells = self.np_random.integers(0, self.size, size=(3, 2))
+        self._start, self._key, self._door = cells[0], cells[1], cells[2]
+        self._trial_t = 0
+        self._inner = 0
+        self._soft_reset()
+        return self._obs(prev_action=None, prev_reward=0.0), self._info()
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        action = int(action)
+        if not 0 <= action < NUM_ACTIONS:
+            raise ValueError(f"action must be in [0, {NUM_ACTIONS}), got {action}")
+        self._pos = np.clip(self._pos + _MOVES[action], 0, self.size - 1)
+        self._t += 1
+        self._trial_t += 1
+        reward = 0.0
+        success = False
+        if not self._has_key and (self._pos == self._key).all():
+            self._has_key = True
+            reward += 1.0
+        elif self._has_key and (self._pos == self._door).all():
+            reward += 1.0
+            success = True
+        self._inner_return += reward
+        trial_over = self._trial_t >= self.trial_len
+        if success or self._t >= self.episode_len or trial_over:
+            info = self._info()
+            info.update(
+                inner_episode_done=True,
+                inner_episode_return=self._inner_return,
+                inner_episode_success=success,
+            )
+            if not trial_over:
+                self._inner += 1
+                self._soft_reset()
+            obs = self._obs(prev_action=action, prev_reward=reward)
+            # A trial ends on time only: the value of its last state is bootstrapped.
+            return obs, reward, False, trial_over, info
+        return self._obs(prev_action=action, prev_reward=reward), reward, False, False, self._info()
+
+    def render(self) -> str | None:
+        if self.render_mode != "ansi":
+            return None
+        rows = []
+        for y in range(self.size - 1, -1, -1):
+            row = ""
+            for x in range(self.size):
+                cell = (x, y)
+                row += (
+                    "A"
+                    if cell == self.agent_pos
+                    else "K"
+                    if cell == self.key_pos and not self._has_key
+                    else "D"
+                    if cell == self.door_pos
+                    else "."
+                )
+            rows.append(row)
+        return "\n".join(rows)
+
+    def _soft_reset(self) -> None:
+        self._pos = self._start.copy()
+        self._has_key = False
+        self._t = 0
+        self._inner_return = 0.0
+
+    def _obs(self, prev_action: int | None, prev_reward: float) -> np.ndarray:
+        s = self.size
+        parts = [
+            self._pos[0] / s,
+            self._pos[1] / s,
+            float(self._has_key),
+            self._t / self.episode_len,
+        ]
+        if not self.dark:
+            parts += [self._key[0] / s, self._key[1] / s, self._door[0] / s, self._door[1] / s]
+        obs = np.zeros(self.observation_space.shape, np.float32)
+        obs[: len(parts)] = parts
+        if self.in_context_inputs:
+            base = len(parts)
+            if prev_action is not None:
+                obs[base + prev_action] = 1.0
+            obs[base + NUM_ACTIONS] = prev_reward
+            obs[base + NUM_ACTIONS + 1] = 1.0 if self._t == 0 else 0.0
+        return obs
+
+    def _info(self) -> dict[str, Any]:
+        return {"inner_episode": self._inner, "inner_episode_step": self._t}
