@@ -227,7 +227,7 @@ def parse_config(data: dict[str, Any]) -> ExperimentConfig:
     data = dict(data)
     algorithm = _tagged(data.pop("algorithm", None), ALGORITHMS, "name", "ppo", "algorithm")
     model = _tagged(data.pop("model", None), MODELS, "type", "mlp", "model")
-    exp = from_dict(ExperimentConfig, data, "config")
+    exp = from_dict(ExperimentConfig, data, "")
     exp = dataclasses.replace(exp, algorithm=algorithm, model=model)
     if not exp.name or "/" in exp.name or exp.name.startswith("."):
         raise ValueError(f"name must be a plain directory name, got {exp.name!r}")

@@ -26,18 +26,20 @@ def from_dict(cls: type[T], data: Any, where: str) -> T:
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise TypeError(f"{where} must be a mapping of {_field_list(cls)}, got {data!r}")
+        raise TypeError(
+            f"{where or 'the config'} must be a mapping of {_field_list(cls)}, got {data!r}"
+        )
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(data) - set(fields))
     if unknown:
         raise ValueError(
-            f"Unknown key(s) {', '.join(where + '.' + k for k in unknown)}. "
-            f"Allowed keys of {where}: {sorted(fields)}"
+            f"Unknown key(s) {', '.join(_join(where, k) for k in unknown)}. "
+            f"Allowed keys of {where or 'the config'}: {sorted(fields)}"
         )
     kwargs = {}
     for name, f in fields.items():
-        key = f"{where}.{name}"
+        key = _join(where, name)
         if name in data:
             kwargs[name] = coerce(data[name], hints[name], key)
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
@@ -137,6 +139,10 @@ def field_docs(cls: type) -> dict[str, str]:
         ):
             docs[node.target.id] = " ".join(nxt.value.value.split())
     return docs
+
+
+def _join(where: str, key: str) -> str:
+    return f"{where}.{key}" if where else key
 
 
 def _field_list(cls: type) -> str:

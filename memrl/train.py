@@ -148,10 +148,11 @@ def metrics_row(result: dict[str, Any], algo: Any) -> dict[str, Any]:
         "env_runner_restarts": float(
             getattr(algo, "_counters", {}).get("total_num_restored_workers", 0)
         ),
-        "healthy_env_runners": float(algo.env_runner_group.num_healthy_remote_workers())
-        if algo.env_runner_group is not None
-        else 0.0,
     }
+    group = algo.env_runner_group
+    healthy = group.num_healthy_remote_workers() if group is not None else 0
+    row["healthy_env_runners"] = float(healthy)
+    row["env_runners_down"] = float(algo.config.num_env_runners - healthy)
     for key in sorted(flat):
         if key.startswith("env_runners/inner_") or key.startswith("env_runners/memory/"):
             v = _scalar(flat[key])
@@ -177,14 +178,19 @@ def progress_line(row: dict[str, Any], stop_iters: int, steps_per_s: float) -> s
         f"return {row['episode_return_mean']:.3f}",
         f"len {row['episode_len_mean']:.1f}",
     ]
-    inner = [row[k] for k in (f"inner_return_{i}" for i in range(10)) if k in row]
+    inner = [
+        row[k]
+        for k in (f"inner_return_{i}" for i in range(10))
+        if k in row and math.isfinite(row[k])
+    ]
     if len(inner) >= 2:
         parts.append(f"inner ep0 {inner[0]:.2f} -> ep{len(inner) - 1} {inner[-1]:.2f}")
     if "learner_total_loss" in row:
         parts.append(f"loss {row['learner_total_loss']:.3f}")
-    if row["env_runner_restarts"] or row["env_step_failures"]:
+    if row["env_runner_restarts"] or row["env_step_failures"] or row["env_runners_down"]:
         parts.append(
-            f"restarts {row['env_runner_restarts']:.0f} env-failures {row['env_step_failures']:.0f}"
+            f"runners down {row['env_runners_down']:.0f} restarts {row['env_runner_restarts']:.0f}"
+            f" env-failures {row['env_step_failures']:.0f}"
         )
     parts.append(f"{steps_per_s:,.0f} steps/s")
     parts.append(f"{row['time_total_s']:.0f}s")

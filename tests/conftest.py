@@ -1,0 +1,58 @@
+"""Shared test fixtures: tiny experiment configs and a runner for the real `memrl` CLI."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+
+TINY = {
+    "name": "tiny",
+    "env": {
+        "id": "memrl/DarkKeyToDoor-v0",
+        "config": {"size": 4, "episode_len": 10, "trial_len": 40},
+    },
+    "algorithm": {"name": "ppo", "train_batch_size": 400, "minibatch_size": 200, "num_epochs": 1},
+    "model": {"type": "mlp", "hiddens": [16]},
+    "resources": {"num_env_runners": 1, "num_envs_per_env_runner": 2},
+    "run": {"stop_iters": 2, "checkpoint_every": 1},
+}
+
+
+def write_config(path: Path, data: dict[str, Any] | None = None, **overrides: Any) -> Path:
+    """Writes TINY (or data) with top-level sections updated from overrides."""
+    cfg = {k: (dict(v) if isinstance(v, dict) else v) for k, v in (data or TINY).items()}
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(cfg.get(key), dict):
+            cfg[key] = {**cfg[key], **value}
+        else:
+            cfg[key] = value
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+@pytest.fixture
+def tiny_config(tmp_path: Path) -> Path:
+    return write_config(tmp_path / "tiny.yaml")
+
+
+def memrl_cli(
+    *args: str, cwd: Path | None = None, timeout: float = 300, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Runs `python -m memrl ARGS` as a user would, capturing its output."""
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "memrl", *args],
+        cwd=cwd or REPO,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

@@ -1,0 +1,122 @@
+"""Experiment configs: parsing, overrides and the errors a user sees."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from memrl.config import (
+    ExperimentConfig,
+    apply_overrides,
+    build_algorithm_config,
+    check_resources,
+    load_config,
+    parse_config,
+)
+from memrl.learners.ppo import PPOSettings
+from memrl.models.builtin import LSTMModel
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_defaults_and_tagged_sections():
+    exp = parse_config({"name": "x", "model": {"type": "lstm", "lstm_cell_size": 32}})
+    assert isinstance(exp, ExperimentConfig)
+    assert isinstance(exp.algorithm, PPOSettings) and isinstance(exp.model, LSTMModel)
+    assert exp.model.lstm_cell_size == 32
+    d = exp.to_dict()
+    assert d["algorithm"]["name"] == "ppo" and d["model"]["type"] == "lstm"
+    assert parse_config(d) == exp  # the resolved config round-trips
+
+
+@pytest.mark.parametrize(
+    ("data", "error", "message"),
+    [
+        ({"foo": 1}, ValueError, r"Unknown key\(s\) foo\. Allowed keys of the config: \["),
+        ({"run": {"stop_iter": 3}}, ValueError, r"run\.stop_iter.*Allowed keys of run"),
+        (
+            {"resources": {"num_env_runners": "2"}},
+            TypeError,
+            r"resources\.num_env_runners must be an integer, got '2'",
+        ),
+        ({"algorithm": {"lr": "fast"}}, TypeError, r"algorithm\.lr must be a number"),
+        ({"algorithm": {"name": "dqn"}}, ValueError, r"Unknown algorithm\.name 'dqn'\. Available"),
+        ({"model": {"type": "gru"}}, ValueError, r"Unknown model\.type 'gru'\. Available"),
+        ({"model": {"type": "mlp", "hidden": [3]}}, ValueError, r"model\.hidden"),
+        ({"algorithm": {"minibatch_size": 9000}}, ValueError, r"must not exceed"),
+        ({"resources": {"rollout_fragment_length": "lots"}}, ValueError, r"'auto' or an int"),
+        ({"env": {"fault_injection": {"step_error_probability": 2}}}, ValueError, r"\[0, 1\]"),
+        ({"name": "a/b"}, ValueError, r"plain directory name"),
+        ({"run": 3}, TypeError, r"run must be a mapping"),
+    ],
+)
+def test_bad_values_name_the_key(data, error, message):
+    with pytest.raises(error, match=message):
+        parse_config(data)
+
+
+def test_overrides_parse_yaml_values_and_create_paths():
+    out = apply_overrides({"a": {"b": 1}}, ["a.b=2.5", "a.c=[1, 2]", "x.y.z=true", "s=hello"])
+    assert out == {"a": {"b": 2.5, "c": [1, 2]}, "x": {"y": {"z": True}}, "s": "hello"}
+    with pytest.raises(ValueError, match="key.path=value"):
+        apply_overrides({}, ["nonsense"])
+    with pytest.raises(ValueError, match="is not a mapping"):
+        apply_overrides({"a": 3}, ["a.b=1"])
+
+
+def test_load_config_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="not found"):
+        load_config(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: [unclosed\n")
+    with pytest.raises(ValueError, match="not valid YAML"):
+        load_config(bad)
+    listy = tmp_path / "list.yaml"
+    listy.write_text("- 1\n- 2\n")
+    with pytest.raises(ValueError, match="mapping at the top level"):
+        load_config(listy)
+    ok = tmp_path / "named_by_file.yaml"
+    ok.write_text("run: {stop_iters: 3}\n")
+    assert load_config(ok).name == "named_by_file"
+
+
+def test_impossible_resources_are_refused():
+    exp = parse_config({"resources": {"num_env_runners": 4}})
+    with pytest.raises(ValueError, match=r"ask for 4 CPUs.*has 2.*at most 2 here"):
+        check_resources(exp, cpus=2, gpus=0, where="this machine's Ray")
+    gpu = parse_config({"resources": {"num_gpus_per_learner": 1, "num_env_runners": 0}})
+    with pytest.raises(ValueError, match="ask for 1 GPUs but"):
+        check_resources(gpu, cpus=2, gpus=0, where="x")
+    check_resources(parse_config({"resources": {"num_env_runners": 2}}), 2, 0, where="x")
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "configs").glob("*.yaml")), ids=lambda p: p.name)
+def test_shipped_configs_parse(path):
+    exp = load_config(path)
+    assert exp.name
+
+
+def test_algorithm_config_carries_the_settings():
+    exp = parse_config(
+        {
+            "env": {"config": {"size": 5}},
+            "algorithm": {"lr": 1e-3, "train_batch_size": 1000, "minibatch_size": 100},
+            "model": {"type": "lstm", "lstm_cell_size": 16, "max_seq_len": 10},
+            "resources": {
+                "num_env_runners": 2,
+                "num_envs_per_env_runner": 3,
+                "custom_resources_per_env_runner": {"browser": 1},
+            },
+            "fault_tolerance": {"max_num_env_runner_restarts": 7},
+            "run": {"seed": 42},
+        }
+    )
+    algo = build_algorithm_config(exp)
+    assert algo.lr == 1e-3 and algo.train_batch_size_per_learner == 1000
+    assert algo.minibatch_size == 100
+    assert algo.num_env_runners == 2 and algo.num_envs_per_env_runner == 3
+    assert algo.custom_resources_per_env_runner == {"browser": 1}
+    assert algo.max_num_env_runner_restarts == 7 and algo.seed == 42
+    assert algo.env == "memrl:memrl/DarkKeyToDoor-v0" and algo.env_config == {"size": 5}
+    assert algo.model_config["use_lstm"] and algo.model_config["lstm_cell_size"] == 16
