@@ -1,0 +1,45 @@
+# The two commands of the README: `make run` (the main job) and `make test` (the test suite).
+# Both create .venv on first use. torch==2.13.0 is installed before anything else so that a CPU
+# machine takes the CPU wheel and never pulls a multi-GB CUDA build through a dependency.
+
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.memrl-installed
+CONFIG ?= configs/quickstart.yaml
+RUN_DIR ?= runs/quickstart-$(shell date +%Y%m%d-%H%M%S)
+PYTEST_ARGS ?=
+
+.PHONY: run test install lint browser clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# Debian's chromium + chromedriver for the browser tests (needs root; skipped when present).
+browser:
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ]; then \
+		apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null; \
+	else \
+		echo "chromium/chromedriver missing: run 'sudo apt-get install -y chromium chromium-driver'"; \
+		exit 1; \
+	fi
+
+run: $(STAMP)
+	$(VENV)/bin/memrl train $(CONFIG) --output $(RUN_DIR)
+
+test: $(STAMP) browser
+	$(VENV)/bin/ruff check .
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
+
+clean:
+	rm -rf $(VENV) runs bench_out .pytest_cache
