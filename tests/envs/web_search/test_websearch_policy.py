@@ -1,0 +1,158 @@
+"""URL policy, filtering proxy, pinned HTTP client and politeness (no browser)."""
+
+from __future__ import annotations
+
+import http.client
+import socket
+
+import pytest
+from websearch_helpers import LOCAL_ONLY, WITH_DENIED_TARGETS
+
+from memrl.envs.web_search.config import SafetyConfig
+from memrl.envs.web_search.httpclient import HttpClient, HttpError
+from memrl.envs.web_search.policy import HostRateLimiter, UrlDenied, UrlPolicy
+from memrl.envs.web_search.proxy import BLOCKED_HEADER, SafetyProxy
+
+
+@pytest.mark.parametrize(
+    "url, reason",
+    [
+        ("file:///etc/passwd", "scheme 'file'"),
+        ("ftp://127.0.0.1/x", "scheme 'ftp'"),
+        ("javascript:alert(1)", "scheme 'javascript'"),
+        ("http:///nohost", "no host"),
+        ("http://evil.example/x", "not on the allow list"),
+    ],
+)
+def test_check_url_refuses_bad_schemes_and_hosts(url, reason):
+    with pytest.raises(UrlDenied, match=reason):
+        UrlPolicy(LOCAL_ONLY).check_url(url)
+
+
+def test_deny_list_wins_and_wildcards_match_subdomains():
+    policy = UrlPolicy(
+        SafetyConfig(allow_hosts=("*.example.org",), deny_hosts=("bad.example.org",))
+    )
+    policy.check_host("a.b.example.org", 443)
+    with pytest.raises(UrlDenied, match="deny list"):
+        policy.check_host("bad.example.org", 443)
+    with pytest.raises(UrlDenied, match="allow list"):
+        policy.check_host("example.com", 443)
+
+
+@pytest.mark.parametrize(
+    "address, kind",
+    [
+        ("127.0.0.1", "loopback"),
+        ("10.1.2.3", "private"),
+        ("192.168.0.1", "private"),
+        ("169.254.169.254", "link-local"),
+        ("::1", "loopback"),
+        ("fe80::1", "link-local"),
+        ("::ffff:10.0.0.1", "private"),
+        ("0.0.0.0", "unspecified"),
+        ("100.64.0.1", "non-global"),
+    ],
+)
+def test_non_global_addresses_denied_by_default(address, kind):
+    with pytest.raises(UrlDenied, match=kind):
+        UrlPolicy(SafetyConfig()).check_address("h", address)
+
+
+def test_global_address_allowed_and_explicit_exceptions():
+    UrlPolicy(SafetyConfig()).check_address("h", "93.184.216.34")
+    UrlPolicy(SafetyConfig(allow_addresses=("127.0.0.1",))).check_address("h", "127.0.0.1")
+    UrlPolicy(SafetyConfig(allow_addresses=("10.0.0.0/8",))).check_address("h", "10.9.9.9")
+    with pytest.raises(UrlDenied):
+        UrlPolicy(SafetyConfig(allow_addresses=("127.0.0.1",))).check_address("h", "127.0.0.2")
+    UrlPolicy(SafetyConfig(allow_private=True)).check_address("h", "192.168.1.1")
+
+
+def test_check_happens_after_dns_resolution():
+    # "localhost" is a name, not on any list: it is refused for what it resolves to.
+    with pytest.raises(UrlDenied, match="resolves to loopback"):
+        UrlPolicy(SafetyConfig()).resolve("localhost", 80)
+    vetted = UrlPolicy(SafetyConfig(allow_addresses=("127.0.0.1", "::1"))).resolve("localhost", 80)
+    assert vetted.address in ("127.0.0.1", "::1")
+
+
+def test_bad_allow_address_is_a_clear_value_error():
+    with pytest.raises(ValueError, match="not an IP address"):
+        UrlPolicy(SafetyConfig(allow_addresses=("localhost",)))
+
+
+def test_ports_can_be_restricted():
+    with pytest.raises(UrlDenied, match="port 8080"):
+        UrlPolicy(SafetyConfig(allowed_ports=(80, 443))).check_url("http://a.example:8080/")
+
+
+def test_rate_limiter_spaces_requests_per_host():
+    limiter = HostRateLimiter(0.3)
+    assert limiter.wait("a") == 0.0
+    assert limiter.wait("b") == 0.0  # another host is not delayed
+    assert limiter.wait("a") > 0.1
+
+
+def _via_proxy(proxy: SafetyProxy, method: str, target: str) -> http.client.HTTPResponse:
+    host, port = proxy.address.split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    conn.request(method, target)
+    return conn.getresponse()
+
+
+def test_proxy_forwards_allowed_and_refuses_private(site):
+    proxy = SafetyProxy(UrlPolicy(WITH_DENIED_TARGETS), max_bytes=1_000_000)
+    try:
+        ok = _via_proxy(proxy, "GET", site.url + "/page/zorbania")
+        assert ok.status == 200 and b"Quillton" in ok.read()
+        refused = _via_proxy(proxy, "GET", "http://10.255.255.1/secret")
+        assert refused.status == 403
+        assert "private address" in refused.getheader(BLOCKED_HEADER)
+        tunnel = _via_proxy(proxy, "CONNECT", "169.254.169.254:443")
+        assert tunnel.status == 403
+        events = proxy.events_since(0)
+        assert [e.blocked is None for e in events] == [True, False, False]
+        assert "link-local" in events[-1].blocked
+    finally:
+        proxy.close()
+
+
+def test_proxy_cuts_bodies_at_the_cap(site):
+    proxy = SafetyProxy(UrlPolicy(LOCAL_ONLY), max_bytes=100_000)
+    try:
+        resp = _via_proxy(proxy, "GET", site.url + "/huge")
+        body = resp.read()
+        assert len(body) == 100_000
+        assert proxy.events_since(0)[-1].truncated
+    finally:
+        proxy.close()
+
+
+def test_proxy_https_tunnel_is_vetted_then_relayed(site):
+    # A CONNECT to the allowed site opens a raw tunnel (plain HTTP inside, which is fine).
+    proxy = SafetyProxy(UrlPolicy(LOCAL_ONLY), max_bytes=1_000_000, timeout_s=5)
+    try:
+        host, port = proxy.address.split(":")
+        target = site.url.removeprefix("http://")
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            sock.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
+            assert b"200" in sock.recv(4096).split(b"\r\n")[0]
+            sock.sendall(f"GET /notes.txt HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
+            data = b""
+            while b"Oren Vale" not in data:
+                chunk = sock.recv(4096)
+                assert chunk, data
+                data += chunk
+    finally:
+        proxy.close()
+
+
+def test_http_client_checks_every_redirect(site):
+    client = HttpClient(UrlPolicy(WITH_DENIED_TARGETS), timeout_s=5, max_bytes=1_000_000)
+    assert client.request("GET", site.url + "/redirect-ok").status == 200
+    with pytest.raises(UrlDenied, match="private address 10.255.255.1"):
+        client.request("GET", site.url + "/redirect-private")
+    with pytest.raises(UrlDenied, match="link-local"):
+        client.request("GET", site.url + "/redirect-linklocal")
+    with pytest.raises(HttpError, match="exceeds"):
+        HttpClient(UrlPolicy(LOCAL_ONLY), 5, max_bytes=1000).request("GET", site.url + "/huge")
