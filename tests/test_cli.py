@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import memrl_cli, write_config
+from memrl_testing import memrl_cli, write_config
 
 from memrl import plugins
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from conftest import REPO, memrl_cli, write_config
+from memrl_testing import REPO, memrl_cli, write_config
 
 pytestmark = pytest.mark.slow
 

@@ -1,4 +1,4 @@
-"""Shared test fixtures: tiny experiment configs and a runner for the real `memrl` CLI."""
+"""Shared test helpers: tiny experiment configs and a runner for the real `memrl` CLI."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
@@ -36,11 +35,6 @@ def write_config(path: Path, data: dict[str, Any] | None = None, **overrides: An
             cfg[key] = value
     path.write_text(yaml.safe_dump(cfg))
     return path
-
-
-@pytest.fixture
-def tiny_config(tmp_path: Path) -> Path:
-    return write_config(tmp_path / "tiny.yaml")
 
 
 def memrl_cli(
