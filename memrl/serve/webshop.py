@@ -1,0 +1,71 @@
+"""Serve WebShop as a web site (search, results, item pages, options, buy) over HTTP.
+
+Browser agents (Selenium, Playwright, a person) shop at http://HOST:PORT/ : ``/`` starts a session
+for a random goal of the split, ``/?goal=I`` for the I-th. The done page shows the reward, which
+equals the text env's for the same choices (same engine).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default="127.0.0.1", help="bind address (default: %(default)s)")
+    parser.add_argument("--port", type=int, default=3000, help="port, 0 = any free (default: 3000)")
+    parser.add_argument(
+        "--data-dir",
+        default=None,
+        help="folder of WebShop files (default: a synthetic catalogue in memory)",
+    )
+    parser.add_argument(
+        "--products",
+        type=int,
+        default=1000,
+        help="synthetic size, or first N products of --data-dir",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="catalogue seed (default: 0)")
+    parser.add_argument(
+        "--synthetic-goals",
+        action="store_true",
+        help="use synthetic goals instead of human instructions",
+    )
+    parser.add_argument(
+        "--split",
+        default="test",
+        choices=["test", "eval", "train", "all"],
+        help="goals to draw sessions from (default: %(default)s)",
+    )
+    parser.add_argument("--show-attrs", action="store_true", help="show the Attributes sub-page")
+
+
+def run(args: argparse.Namespace) -> int:
+    from memrl.envs.webshop.engine import WebShopEngine
+    from memrl.envs.webshop.site import WebShopSite, start_server
+    from memrl.envs.webshop.world import CatalogueSpec, get_world
+
+    world = get_world(
+        CatalogueSpec(
+            data_dir=args.data_dir,
+            num_products=args.products,
+            seed=args.seed,
+            human_goals=not args.synthetic_goals,
+        )
+    )
+    site = WebShopSite(
+        WebShopEngine(world, show_attrs=args.show_attrs), world.split(args.split), seed=args.seed
+    )
+    server, thread = start_server(site, args.host, args.port)
+    print(
+        f"WebShop: {len(world.catalogue)} products, {len(site.goal_indices)} {args.split} goals;"
+        f" serving http://{args.host}:{server.server_port}/ (Ctrl-C to stop)",
+        flush=True,
+    )
+    try:
+        thread.join()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.shutdown()
+        server.server_close()
+    return 0
