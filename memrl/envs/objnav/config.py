@@ -1,0 +1,95 @@
+"""The configuration of ObjNav-lite: a frozen dataclass whose fields are the env's kwargs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ObjNavConfig:
+    """Sizes, rewards and horizons of ObjNav-lite (defaults: ExtObjNav's shape, specs/memo.md)."""
+
+    grid_size: int = 24
+    """Side of the square map in cells, outer walls included."""
+    rooms: int = 6
+    """Number of rooms the map is split into (binary space partition); fewer if they do not fit."""
+    min_room_size: int = 3
+    """Smallest inner side of a room in cells."""
+    extra_door_prob: float = 0.3
+    """Chance that adjacent rooms get a door beyond those that connect the map (loops)."""
+    num_categories: int = 20
+    """K object categories (ExtObjNav: 20 YCB categories); the target is one of them."""
+    instances_per_category: int = 1
+    """Objects of each category placed in the map; success needs any one of them."""
+    view_radius: int = 4
+    """How far the agent sees, in cells; the view patch is view_radius x (2 view_radius + 1)."""
+    view_half_angle: float = 45.0
+    """Half-angle of the view cone in degrees (cells outside it read as unseen)."""
+    success_distance: float = 2.0
+    """Reach: STOP succeeds if a target instance in view is this close (Euclidean, cells)."""
+    success_reward: float = 2.0
+    """Reward for a successful STOP."""
+    step_cost: float = 0.003
+    """Subtracted from the reward at every step."""
+    distance_reward_scale: float = 0.25
+    """Reward per cell of decrease in shortest-path distance (0.25: a cell is a 0.25 m step)."""
+    min_start_distance: int = 2
+    """Shortest-path distance (cells) that a new inner episode's start keeps from its target."""
+    episode_len: int = 500
+    """Step limit of an inner episode (ExtObjNav: 500)."""
+    trial_len: int = 4096
+    """Steps of one trial in one layout = one RLlib episode (4096 training, 32000 evaluation)."""
+    seed: int | None = None
+    """Base seed of layouts and episodes; None draws one from the OS."""
+
+    def __post_init__(self) -> None:
+        ints = {
+            "grid_size": 8,
+            "rooms": 1,
+            "min_room_size": 2,
+            "num_categories": 1,
+            "instances_per_category": 1,
+            "view_radius": 1,
+            "min_start_distance": 1,
+            "episode_len": 1,
+            "trial_len": 1,
+        }
+        for name, low in ints.items():
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise ValueError(
+                    f"ObjNav {name} must be an int >= {low}, got {value!r}; fix env.config.{name}"
+                )
+        if not 0.0 <= self.extra_door_prob <= 1.0:
+            raise ValueError(
+                f"ObjNav extra_door_prob must be in [0, 1], got {self.extra_door_prob}"
+            )
+        if not 0.0 < self.view_half_angle <= 90.0:
+            raise ValueError(
+                f"ObjNav view_half_angle must be in (0, 90] degrees, got {self.view_half_angle}"
+            )
+        if not 1.0 <= self.success_distance <= self.view_radius:
+            raise ValueError(
+                f"ObjNav success_distance must be in [1, view_radius={self.view_radius}] cells "
+                f"(the target must be in view to count), got {self.success_distance}"
+            )
+        interior = (self.grid_size - 2) ** 2
+        objects = self.num_categories * self.instances_per_category
+        if objects > interior // 4:
+            raise ValueError(
+                f"ObjNav places {objects} objects (num_categories x instances_per_category) on a "
+                f"{self.grid_size}x{self.grid_size} map; at most {interior // 4} fit. Raise "
+                "grid_size or lower num_categories / instances_per_category."
+            )
+        if self.seed is not None and (not isinstance(self.seed, int) or self.seed < 0):
+            raise ValueError(f"ObjNav seed must be None or an int >= 0, got {self.seed!r}")
+
+    @classmethod
+    def from_kwargs(cls, kwargs: dict[str, Any]) -> ObjNavConfig:
+        """Builds a config from keyword arguments; unknown keys are errors that list the known."""
+        allowed = [f.name for f in fields(cls)]
+        unknown = sorted(set(kwargs) - set(allowed))
+        if unknown:
+            raise ValueError(f"Unknown ObjNav config keys {unknown}. Allowed: {allowed}")
+        return cls(**kwargs)

@@ -1,0 +1,145 @@
+"""The batched ObjNav-lite core: observations, dynamics, rewards, inner episodes, trials."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from memrl.envs.objnav import ObjNavConfig, ObjNavVec
+from memrl.envs.objnav.core import FORWARD, TURN_LEFT, TURN_RIGHT
+from memrl.envs.objnav.view import OBJECT0, WALL
+
+
+def _vec(n=8, **kw) -> ObjNavVec:
+    vec = ObjNavVec(n, ObjNavConfig(seed=kw.pop("seed", 0), **kw))
+    vec.reset()
+    return vec
+
+
+def test_observation_layout_at_trial_start():
+    vec = _vec(4)
+    k = vec.cfg.num_categories
+    obs = vec._obs
+    s = vec.obs_slices
+    assert obs.shape == (4, vec.obs_dim) and obs.dtype == np.float32
+    assert vec.obs_dim == 4 * 9 * (2 + k) + k + 4 + 4 + 1 + 1
+    target = obs[:, s["target"]]
+    assert np.array_equal(target.argmax(1), vec.target) and (target.sum(1) == 1).all()
+    assert np.allclose(obs[:, s["gps"]], [[0, 0, 0, 1]] * 4)  # at the start pose
+    assert (obs[:, s["prev_action"]] == 0).all()
+    assert (obs[:, s["episode_start"]] == 1).all()
+
+
+def test_view_channels_match_the_map():
+    vec = _vec(16, seed=3)
+    low, high = vec.obs_bounds()
+    rng = np.random.default_rng(0)
+    for _ in range(30):
+        vec.step(rng.integers(0, 4, 16))
+        assert ((vec._obs >= low) & (vec._obs <= high)).all()
+        view = vec._obs[:, vec.obs_slices["view"]].reshape(16, -1, 2 + vec.cfg.num_categories)
+        for i in range(16):
+            world = vec.pos[i] + vec.geom.offsets[vec.heading[i]][vec.geom.obs_cells]
+            codes = vec._grid[i, world]
+            seen = vec.visible[i, vec.geom.obs_cells]
+            assert np.array_equal(view[i, :, 0] == 1, seen)
+            assert np.array_equal(view[i, :, 1] == 1, seen & (codes == WALL))
+            for p in np.flatnonzero(seen & (codes >= OBJECT0)):
+                assert view[i, p, 2 + codes[p] - OBJECT0] == 1
+            assert view[i, ~seen].sum() == 0
+            assert view[i, :, 2:].sum() == (seen & (codes >= OBJECT0)).sum()
+
+
+def test_forward_turns_walls_and_gps():
+    vec = _vec(1, seed=4)
+    start = vec.positions()[0].copy()
+    vec.step(np.array([TURN_RIGHT]))
+    gps = vec._obs[0, vec.obs_slices["gps"]]
+    assert np.allclose(gps, [0, 0, 1, 0], atol=1e-6)  # sin 90 deg, cos 90 deg
+    vec.step(np.array([TURN_LEFT]))
+    moved = 0
+    for _ in range(30):  # walk ahead until a wall or object stops the agent
+        before = vec.positions()[0].copy()
+        vec.step(np.array([FORWARD]))
+        if np.array_equal(before, vec.positions()[0]):
+            break
+        moved += 1
+    assert moved >= 1
+    gps = vec._obs[0, vec.obs_slices["gps"]]
+    assert gps[0] == pytest.approx(moved / vec.cfg.grid_size) and gps[1] == 0
+    ahead = vec.pos[0] + vec._moves[vec.heading[0]]
+    assert vec._grid[0, ahead] != 0  # blocked: the cell ahead is a wall or an object
+    assert not np.array_equal(start, vec.positions()[0])
+
+
+def test_oracle_succeeds_with_spl_one_and_rewards_add_up():
+    vec = _vec(8, seed=1)
+    cfg = vec.cfg
+    episodes = 0
+    for _ in range(600):
+        before = vec.dist.copy()
+        actions = vec.oracle_actions()
+        r = vec.step(actions)
+        # Reward = success bonus - step cost + decrease in distance (distance read before restart).
+        moved = actions == FORWARD
+        expected = np.where(moved, cfg.distance_reward_scale, 0.0) - cfg.step_cost
+        expected += np.where(r.success, cfg.success_reward, 0.0)
+        assert np.allclose(r.reward, expected, atol=1e-6)
+        assert (before[moved] > 0).all()
+        done = r.episode_done
+        assert np.array_equal(done, r.success)  # the oracle never times out or stops wrongly
+        assert np.allclose(r.spl[done], 1.0)
+        episodes += done.sum()
+    assert episodes > 50
+
+
+def test_stop_out_of_reach_fails_and_starts_next_episode():
+    vec = _vec(4, seed=2)
+    assert not vec.target_in_reach.any()  # starts keep min_start_distance >= 2 from goal cells
+    index = vec.episode_index.copy()
+    r = vec.step(np.zeros(4, dtype=np.int64))
+    assert r.episode_done.all() and not r.success.any()
+    assert np.allclose(r.reward, -vec.cfg.step_cost)
+    assert (r.spl == 0).all() and (r.episode_length == 1).all()
+    assert np.array_equal(vec.episode_index, index + 1)
+    assert (vec._obs[:, vec.obs_slices["episode_start"]] == 1).all()
+    assert (vec.dist >= vec.cfg.min_start_distance).all()
+
+
+def test_episode_step_limit_and_trial_end_with_autoreset():
+    vec = _vec(3, seed=6, episode_len=7, trial_len=30)
+    grids = vec._grid.copy()
+    for t in range(1, 31):
+        r = vec.step(np.full(3, TURN_LEFT))
+        assert (r.episode_done == (t % 7 == 0)).all()
+        assert (r.trial_done == (t == 30)).all()
+        if t < 30:
+            assert np.array_equal(vec._grid, grids)  # one layout for the whole trial
+    assert not np.array_equal(vec._grid, grids)  # the next trial has new layouts
+    assert (vec.t_trial == 0).all() and (vec.episode_index == 0).all()
+    assert (vec._obs[:, vec.obs_slices["gps"]][:, :2] == 0).all()
+
+
+def test_same_seed_same_rollout_and_vector_rows_are_independent_envs():
+    a, b = _vec(5, seed=11), _vec(5, seed=11)
+    rng = np.random.default_rng(1)
+    for _ in range(100):
+        acts = rng.integers(0, 4, 5)
+        ra, rb = a.step(acts), b.step(acts)
+        assert np.array_equal(ra.obs, rb.obs) and np.array_equal(ra.reward, rb.reward)
+    layouts = {a.layouts[i].grid.tobytes() for i in range(5)}
+    assert len(layouts) == 5
+
+
+@pytest.mark.parametrize(
+    "bad", [np.array([0, 4]), np.array([-1, 0]), np.array([0.5, 1.0]), np.array([0, 1, 2])]
+)
+def test_step_rejects_bad_actions(bad):
+    vec = _vec(2)
+    with pytest.raises(ValueError, match="ObjNav"):
+        vec.step(bad)
+
+
+def test_num_envs_is_checked():
+    with pytest.raises(ValueError, match="num_envs"):
+        ObjNavVec(0)
