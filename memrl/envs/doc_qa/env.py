@@ -1,0 +1,319 @@
+"""``memrl/DocQA-v0``: answer N questions by searching a document collection (MEM1's QA task).
+
+Text in, text out (protocol in ``memrl.envs.text``). Each turn the agent's whole response arrives as
+the action; the env drops state blocks (``<think>..</think>`` by default), takes the first
+``<search>query</search>`` or ``<answer>a1; a2; ...</answer>`` and either returns the top-k
+passages inside ``<information>`` with the turns-left hint, or scores the answer and ends the
+episode (reward = summed exact match, or summed F1 with ``reward="f1"``).
+
+With no files configured it builds a synthetic knowledge base, its tasks and a BM25 index in
+process (cached per process), so ``DocQAEnv(synthetic_passages=300)`` runs anywhere.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+
+from memrl.envs.doc_qa import resources
+from memrl.envs.doc_qa.scoring import score
+from memrl.envs.doc_qa.tasks import SPLITS, Task
+from memrl.envs.retrieval.base import Hit, Retriever, check_topk
+from memrl.envs.text import TextTags, text_space
+
+logger = logging.getLogger(__name__)
+
+RETRIEVERS = ("local", "http", "ray")
+"""Where passages come from: an in-process index, a Search-R1 HTTP server, the Ray service."""
+REWARDS = ("em", "f1")
+_TAG_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]*")
+
+
+@dataclass(frozen=True)
+class DocQAConfig:
+    """Configuration of ``DocQAEnv`` (its keyword arguments)."""
+
+    synthetic_passages: int = 1000
+    """Size of the synthetic KB used when no ``tasks`` file is given."""
+    seed: int = 0
+    """World seed: the synthetic KB and the synthetic tasks (episodes are seeded by reset)."""
+    objectives: int = 2
+    """Questions per synthetic task (tasks files fix their own)."""
+    split: str = "train"
+    """Task split: ``train`` or ``test``."""
+    num_tasks: int = 1000
+    """Synthetic tasks per split."""
+    multi_hop_fraction: float = 0.5
+    """Share of two-hop questions in synthetic tasks."""
+    test_fraction: float = 0.2
+    """Share of synthetic questions reserved for the test split."""
+    tasks: str | None = None
+    """Tasks parquet file, or a folder with ``train.parquet``/``test.parquet``."""
+    corpus: str | None = None
+    """Corpus file (parquet or jsonl) for the local retriever when ``tasks`` is given (default:
+    the corpus recorded in ``index``)."""
+    index: str | None = None
+    """Saved index folder for ``corpus`` (built in memory when absent)."""
+    index_kind: str = "bm25"
+    """Kind of index built in memory for ``corpus``: ``bm25`` or ``dense``."""
+    retriever: str = "local"
+    """``local`` (in-process index), ``http`` (``retrieval_url``) or ``ray`` (named service)."""
+    retrieval_url: str | None = None
+    """Base URL of a Search-R1-protocol server, e.g. ``http://127.0.0.1:8000``."""
+    ray_service: str = "memrl_retrieval"
+    """Name of the Ray retrieval actor (``retriever="ray"``)."""
+    topk: int = 3
+    """Passages per search."""
+    max_turns: int = 6
+    """Turn limit; the episode is truncated when it is reached without an answer."""
+    tags: dict[str, str] | None = None
+    """Overrides of the tag names (keys of ``TextTags``: state, search, answer, information)."""
+    reward: str = "em"
+    """Reward at the answer: summed exact match (``em``) or summed token F1 (``f1``)."""
+    end_on_format_error: bool = True
+    """End the episode (reward 0) when a response has no action tag, as MEM1 does."""
+    max_query_chars: int = 512
+    """Longer search queries are refused with an observation saying so."""
+    max_info_chars: int = 4000
+    """Cap on the passages' text in one observation (about 1000 tokens)."""
+
+
+class DocQAEnv(gym.Env):
+    """Multi-objective document-retrieval QA; keyword arguments are ``DocQAConfig`` fields."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, **kwargs: Any) -> None:
+        allowed = [f.name for f in dataclasses.fields(DocQAConfig)]
+        unknown = sorted(set(kwargs) - set(allowed))
+        if unknown:
+            raise ValueError(f"Unknown DocQAEnv option(s) {unknown}. Allowed: {allowed}.")
+        self.config = cfg = DocQAConfig(**kwargs)
+        _validate(cfg)
+        self.tags = TextTags(**(cfg.tags or {}))
+        self.observation_space = text_space()
+        self.action_space = text_space()
+        self.tasks: list[Task] = self._load_tasks()
+        self.retriever: Retriever = self._make_retriever()
+        self._action = re.compile(
+            rf"<({re.escape(self.tags.search)}|{re.escape(self.tags.answer)})>(.*?)</\1>", re.S
+        )
+        self._state = re.compile(
+            rf"<{re.escape(self.tags.state)}>.*?</{re.escape(self.tags.state)}>", re.S
+        )
+        self.task: Task | None = None
+        self._turn = 0
+        self._done = True
+        self._num_searches = 0
+        self._num_format_errors = 0
+
+    # -- construction ------------------------------------------------------------------------
+
+    def _load_tasks(self) -> list[Task]:
+        cfg = self.config
+        if cfg.tasks is not None:
+            tasks = resources.tasks_from_file(cfg.tasks, cfg.split)
+        else:
+            tasks = resources.synthetic_tasks(
+                cfg.synthetic_passages, cfg.seed, cfg.objectives, cfg.num_tasks, cfg.split,
+                cfg.test_fraction, cfg.multi_hop_fraction,
+            )  # fmt: skip
+        if not tasks:
+            raise ValueError(f"No tasks in split {cfg.split!r} of {cfg.tasks}; build some first.")
+        return list(tasks)
+
+    def _make_retriever(self) -> Retriever:
+        cfg = self.config
+        if cfg.retriever == "http":
+            from memrl.envs.retrieval.http import HTTPRetriever
+
+            return HTTPRetriever(cfg.retrieval_url)
+        if cfg.retriever == "ray":
+            from memrl.envs.retrieval.service import RayRetriever
+
+            return RayRetriever(cfg.ray_service)
+        if cfg.tasks is None:
+            return resources.synthetic_retriever(cfg.synthetic_passages, cfg.seed)
+        return resources.local_retriever(cfg.corpus, cfg.index, cfg.index_kind)
+
+    # -- gymnasium API -----------------------------------------------------------------------
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        """Starts an episode on a random task, or on ``options["task_index"]``."""
+        super().reset(seed=seed)
+        options = options or {}
+        if "task_index" in options:
+            index = options["task_index"]
+            if isinstance(index, bool) or not isinstance(index, int):
+                raise TypeError(f"options['task_index'] must be an int, got {index!r}")
+            if not 0 <= index < len(self.tasks):
+                raise ValueError(
+                    f"task_index {index} is out of range: split {self.config.split!r} has "
+                    f"{len(self.tasks)} tasks (0..{len(self.tasks) - 1})."
+                )
+        else:
+            index = int(self.np_random.integers(len(self.tasks)))
+        self.task = self.tasks[index]
+        self._turn = 0
+        self._done = False
+        self._num_searches = 0
+        self._num_format_errors = 0
+        observation = "; ".join(self.task.questions)
+        info = {
+            "task_id": self.task.task_id,
+            "task": {"questions": list(self.task.questions), "task_index": index},
+            "max_turns": self.config.max_turns,
+            "objectives": len(self.task.questions),
+        }
+        return observation, info
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """Applies one response: a search (passages back), an answer (scored, episode ends)."""
+        if self._done or self.task is None:
+            raise RuntimeError("DocQAEnv.step() called on a finished episode; call reset() first.")
+        if not isinstance(action, str):
+            action = "" if action is None else str(action)
+        self._turn += 1
+        turns_left = self.config.max_turns - self._turn
+        kind, content = self._parse(action)
+
+        if kind == self.tags.answer:
+            return self._answer(content)
+        if kind is None:
+            self._num_format_errors += 1
+            message = (
+                f"Invalid response: it contains no <{self.tags.search}>query</{self.tags.search}>"
+                f" and no <{self.tags.answer}>answer 1; answer 2</{self.tags.answer}>."
+            )
+            if self.config.end_on_format_error:
+                return self._end(message + " The episode ends with reward 0.", format_error=True)
+            return self._continue(message, turns_left, format_error=True)
+
+        query = " ".join(content.split())
+        if not query:
+            self._num_format_errors += 1
+            message = (
+                f"Invalid search: the query inside <{self.tags.search}></{self.tags.search}> is "
+                "empty. Search with a few keywords."
+            )
+            return self._continue(message, turns_left, format_error=True)
+        if len(query) > self.config.max_query_chars:
+            self._num_format_errors += 1
+            message = (
+                f"Invalid search: the query has {len(query)} characters; at most "
+                f"{self.config.max_query_chars} are allowed. Search with a few keywords."
+            )
+            return self._continue(message, turns_left, format_error=True)
+
+        self._num_searches += 1
+        hits = self.retriever.retrieve([query], self.config.topk)[0]
+        return self._continue(self._format_hits(hits), turns_left, format_error=False)
+
+    # -- pieces ------------------------------------------------------------------------------
+
+    def _parse(self, action: str) -> tuple[str | None, str]:
+        # Tags written inside the state block are thoughts, not actions.
+        match = self._action.search(self._state.sub(" ", action))
+        if match is None:
+            return None, ""
+        return match.group(1), match.group(2)
+
+    def _answer(self, content: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        result = score(content, self.task.targets())
+        self._done = True
+        reward = result[self.config.reward]
+        info = self._info(format_error=False, answered=True, **result)
+        info["answer_parts"] = len(content.split(";"))
+        return "", float(reward), True, False, info
+
+    def _continue(
+        self, body: str, turns_left: int, format_error: bool
+    ) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        observation = self._information(self._hint(turns_left) + "\n" + body)
+        truncated = turns_left <= 0
+        self._done = truncated
+        return observation, 0.0, False, truncated, self._info(format_error, answered=False)
+
+    def _end(self, message: str, format_error: bool) -> tuple[str, float, bool, bool, dict]:
+        self._done = True
+        info = self._info(format_error, answered=False)
+        return self._information(message), 0.0, True, False, info
+
+    def _information(self, body: str) -> str:
+        tag = self.tags.information
+        return f"<{tag}>{body}</{tag}>"
+
+    @staticmethod
+    def _hint(turns_left: int) -> str:
+        if turns_left > 1:
+            return f"[HINT]You have {turns_left} turns left.[/HINT]"
+        if turns_left == 1:
+            return (
+                "[HINT]You have 1 turn left. You must answer the question in the next turn.[/HINT]"
+            )
+        return "[HINT]You have no turns left.[/HINT]"
+
+    def _format_hits(self, hits: list[Hit]) -> str:
+        if not hits:
+            return "No documents matched the query. Try other keywords.\n"
+        budget = max(1, self.config.max_info_chars // len(hits))
+        lines = []
+        for i, hit in enumerate(hits, start=1):
+            text = hit.text if len(hit.text) <= budget else hit.text[:budget].rstrip() + " ..."
+            lines.append(f"Doc {i}(Title: {hit.title}) {text}\n")
+        return "".join(lines)
+
+    def _info(self, format_error: bool, answered: bool, em: float = 0.0, f1: float = 0.0) -> dict:
+        return {
+            "task_id": self.task.task_id,
+            "em": em,
+            "f1": f1,
+            "num_searches": self._num_searches,
+            "format_error": format_error,
+            "num_format_errors": self._num_format_errors,
+            "answered": answered,
+            "turn": self._turn,
+        }
+
+
+def _validate(cfg: DocQAConfig) -> None:
+    if cfg.split not in SPLITS:
+        raise ValueError(f"split must be one of {list(SPLITS)}, got {cfg.split!r}")
+    if cfg.retriever not in RETRIEVERS:
+        raise ValueError(f"retriever must be one of {list(RETRIEVERS)}, got {cfg.retriever!r}")
+    if cfg.reward not in REWARDS:
+        raise ValueError(f"reward must be one of {list(REWARDS)}, got {cfg.reward!r}")
+    check_topk(cfg.topk)
+    for name in ("max_turns", "objectives", "num_tasks", "max_query_chars", "max_info_chars"):
+        value = getattr(cfg, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    if cfg.retriever == "http" and not cfg.retrieval_url:
+        raise ValueError("retriever='http' needs retrieval_url, e.g. 'http://127.0.0.1:8000'.")
+    if cfg.retriever == "local" and cfg.tasks is not None and not (cfg.corpus or cfg.index):
+        raise ValueError(
+            "A tasks file with the local retriever needs corpus= (the passages to search) or "
+            "index= (a folder from `memrl data index`); or use retriever='http'/'ray' with a "
+            "running retrieval service."
+        )
+    if cfg.tags is not None:
+        allowed = [f.name for f in dataclasses.fields(TextTags)]
+        unknown = sorted(set(cfg.tags) - set(allowed))
+        if unknown:
+            raise ValueError(f"Unknown tag key(s) {unknown}. Allowed: {allowed}.")
+        for key, value in cfg.tags.items():
+            if not isinstance(value, str) or not _TAG_NAME.fullmatch(value):
+                raise ValueError(
+                    f"Tag {key}={value!r} is not a valid tag name; use letters, digits, _ or -."
+                )
+    tags = TextTags(**(cfg.tags or {}))
+    names = [tags.state, tags.search, tags.answer, tags.information]
+    if len(set(names)) != len(names):
+        raise ValueError(f"Tag names must differ from each other, got {names}.")
