@@ -29,7 +29,7 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 
@@ -86,10 +86,14 @@ class EnvSettings:
 class ResourceSettings:
     """How the run spreads over Ray: env runners, learners, and what each one asks for."""
 
-    num_env_runners: int = 1
-    """Remote env runner actors (0: sample in the driver process)."""
-    num_envs_per_env_runner: int = 8
-    """Envs each runner steps together (vectorized): the main lever of sampling speed."""
+    num_env_runners: int = 0
+    """Remote env runner actors (0: sample in the driver process, the fastest on one small
+    machine; on a cluster, one or more per env-runner node)."""
+    num_envs_per_env_runner: int = 64
+    """Envs each runner steps together (vectorized): the main lever of sampling speed (64 keeps
+    ~2x more of the raw env speed than 8; see docs/clusters.md, `memrl bench scaling`)."""
+    env_vectorize_mode: Literal["sync", "async"] = "sync"
+    """sync: a runner's envs step in its process; async: one subprocess per env (heavy envs)."""
     num_cpus_per_env_runner: float = 1.0
     """CPUs each env runner reserves."""
     num_gpus_per_env_runner: float = 0.0
@@ -102,6 +106,12 @@ class ResourceSettings:
     """GPUs per learner (the driver's learner when num_learners is 0)."""
     num_cpus_per_learner: float = 1.0
     """CPUs per remote learner."""
+    custom_resources_per_learner: dict[str, float] = field(default_factory=dict)
+    """Custom Ray resources per learner, to pin learners to node types (e.g. {learner: 1})."""
+    num_cpus_for_main_process: float = 1.0
+    """CPUs the driver (the Algorithm) reserves when it runs as a Tune trial."""
+    placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = "PACK"
+    """How a Tune trial's bundles (driver, runners, learners) are placed on nodes."""
     rollout_fragment_length: int | str = "auto"
     """Steps per env per sample() call; "auto" derives it from the train batch size."""
     sample_timeout_s: float = 120.0
@@ -132,8 +142,10 @@ class FaultToleranceSettings:
     """Restarts allowed per env runner over the whole run."""
     delay_between_env_runner_restarts_s: float = 1.0
     """Pause before a restart, so a crash loop does not spin."""
-    restart_failed_sub_environments: bool = False
-    """Recreate a failing env inside its runner instead of restarting the runner."""
+    restart_failed_sub_environments: bool = True
+    """Recreate a failing env inside its runner (counted as env_step_failures) instead of failing
+    the runner; with false, a remote runner whose env raises is restarted as a whole, and an env
+    error in the driver's own runner (num_env_runners 0) ends the run."""
     num_consecutive_env_runner_failures_tolerance: int = 100
     """Consecutive failed sample rounds after which the run stops."""
     env_runner_health_probe_timeout_s: float = 30.0
@@ -379,11 +391,17 @@ def build_algorithm_config(exp: ExperimentConfig) -> AlgorithmConfig:
         custom_resources_per_env_runner=dict(r.custom_resources_per_env_runner),
         rollout_fragment_length=r.rollout_fragment_length,
         sample_timeout_s=r.sample_timeout_s,
+        gym_env_vectorize_mode=r.env_vectorize_mode,
     )
     algo.learners(
         num_learners=r.num_learners,
         num_gpus_per_learner=r.num_gpus_per_learner,
         num_cpus_per_learner=r.num_cpus_per_learner,
+        custom_resources_per_learner=dict(r.custom_resources_per_learner),
+    )
+    algo.resources(
+        num_cpus_for_main_process=r.num_cpus_for_main_process,
+        placement_strategy=r.placement_strategy,
     )
     algo.fault_tolerance(
         restart_failed_env_runners=ft.restart_failed_env_runners,

@@ -69,6 +69,8 @@ def test_eval_of_a_missing_checkpoint_is_a_clean_error(tmp_path):
     assert out.returncode == 2 and "does not exist" in out.stderr
 
 
-def test_tune_says_what_is_available_until_it_lands(tmp_path):
-    out = memrl_cli("tune", str(write_config(tmp_path / "t.yaml")))
-    assert out.returncode == 2 and "error:" in out.stderr and "Traceback" not in out.stderr
+def test_tune_without_a_tune_section_says_how_to_add_one(tmp_path):
+    out = memrl_cli("tune", str(write_config(tmp_path / "t.yaml")), "--output", str(tmp_path / "s"))
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.startswith("error: the config has no tune: section")
+    assert "configs/tune_memo_key_door.yaml" in out.stderr

@@ -181,7 +181,10 @@ def test_env_runner_fault_does_not_end_the_run(tmp_path):
             "fault_injection": {"step_error_probability": 0.004, "env_runner_indices": [1]},
         },
         resources={"num_env_runners": 2, "num_envs_per_env_runner": 2},
-        fault_tolerance={"delay_between_env_runner_restarts_s": 0.1},
+        fault_tolerance={
+            "delay_between_env_runner_restarts_s": 0.1,
+            "restart_failed_sub_environments": False,
+        },
         run={"stop_iters": 12, "checkpoint_every": 4},
     )
     run = tmp_path / "run"
@@ -194,3 +197,24 @@ def test_env_runner_fault_does_not_end_the_run(tmp_path):
     assert sorted(p.name for p in (run / "checkpoints").iterdir())[-1] == "iter_000012"
     assert "InjectedEnvError" in out.stdout + out.stderr  # the failure was logged
     assert "runners down" in out.stdout  # and shown on the progress line
+
+
+def test_env_fault_in_the_local_runner_recreates_the_env(tmp_path):
+    """With the default restart_failed_sub_environments, a failing env is rebuilt in place."""
+    cfg = write_config(
+        tmp_path / "faulty_local.yaml",
+        env={
+            "id": "memrl/DarkKeyToDoor-v0",
+            "config": {"size": 4, "episode_len": 10, "trial_len": 40},
+            "fault_injection": {"step_error_probability": 0.002, "env_runner_indices": [0]},
+        },
+        resources={"num_env_runners": 0, "num_envs_per_env_runner": 2},
+        run={"stop_iters": 4, "checkpoint_every": 2},
+    )
+    run = tmp_path / "run"
+    out = memrl_cli("train", str(cfg), "--output", str(run))
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    df = pd.read_parquet(run / "metrics.parquet")
+    assert list(df.training_iteration) == [1, 2, 3, 4]
+    assert df.env_step_failures.iloc[-1] >= 1
+    assert "env-failures" in out.stdout and "InjectedEnvError" in out.stdout + out.stderr

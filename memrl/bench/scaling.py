@@ -1,0 +1,277 @@
+"""Scaling: env steps/s of sampling, learning and the whole PPO loop vs env runners and learners.
+
+On Dark-Key-To-Door with RLlib's MLP policy (PPO, new API stack), for 0, 1 and 2 env runners
+(with the learner in the driver) and for 1 and 2 remote learners (DDP on CPU, the same total
+batch), each at ``--envs-per-runner`` vectorized envs (and at the old default of 8 for comparison).
+The ceiling is the raw speed of one env stepped in a plain loop in one process, random actions.
+
+Columns: ``pipeline_steps_per_s`` (env steps per wall second of whole ``train()`` iterations:
+sampling + learning + weight sync), ``sampling_steps_per_s`` (a sampling-only round of one train
+batch on the env runners), ``learner_steps_per_s`` (the train batch over RLlib's
+``learner_update_timer``: all epochs and minibatches); ``*_per_cpu_s``: the same steps per CPU
+second of the processes involved (driver, env runners, learners; the sampling processes for
+sampling), and ``*_frac_of_raw`` / ``*_cpu_frac_of_raw``: fractions of the raw env speed, per wall
+second (raw measured right before and after each setting) and per CPU second. On a shared machine
+the per-CPU-second fractions are the stable figures: wall-clock rates swing with other users' load.
+Ray is started with at least 1 + runners + learners logical CPUs, which may be more than the
+machine's cores (then the processes share them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from memrl.bench._report import Plot, add_output_arguments, write_report
+
+NAME = "scaling"
+ENV_ID = "memrl/DarkKeyToDoor-v0"
+ENV_CONFIG = {"size": 5, "episode_len": 20, "trial_len": 100}
+logger = logging.getLogger(__name__)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--runners", default="0,1,2", help="env runner counts (learner in driver)")
+    parser.add_argument("--learners", default="1,2", help="remote learner counts (0 env runners)")
+    parser.add_argument(
+        "--envs-per-runner", type=int, default=64, help="vectorized envs per env runner"
+    )
+    parser.add_argument(
+        "--baseline-envs",
+        type=int,
+        default=8,
+        help="also measure the env-runner rows at this many envs (the old default; 0: skip)",
+    )
+    parser.add_argument("--train-batch", type=int, default=4000, help="env steps per iteration")
+    parser.add_argument("--minibatch", type=int, default=1000, help="SGD minibatch size")
+    parser.add_argument("--epochs", type=int, default=4, help="passes over each train batch")
+    parser.add_argument("--iters", type=int, default=3, help="timed iterations per setting")
+    parser.add_argument(
+        "--raw-steps", type=int, default=50_000, help="steps per measurement of the raw env loop"
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="1 timed iteration, 20k raw steps, no baseline rows"
+    )
+    add_output_arguments(parser, NAME)
+
+
+def raw_env_speed(steps: int, seed: int = 0) -> tuple[float, float]:
+    """Env steps per wall second and per CPU second of one Dark-Key-To-Door env in a plain loop
+    (random actions)."""
+    import numpy as np
+
+    from memrl.envs import make_env
+
+    env = make_env(ENV_ID, dict(ENV_CONFIG))
+    env.reset(seed=seed)
+    actions = np.random.default_rng(seed).integers(0, env.action_space.n, size=steps).tolist()
+    start, cpu = time.perf_counter(), time.process_time()
+    for action in actions:
+        _, _, terminated, truncated, _ = env.step(action)
+        if terminated or truncated:
+            env.reset()
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
+    env.close()
+    return steps / elapsed, steps / max(cpu, 1e-9)
+
+
+def experiment(runners: int, learners: int, envs: int, args: argparse.Namespace) -> dict[str, Any]:
+    """The experiment config of one setting (the total train batch is the same for any learners)."""
+    per_learner = args.train_batch // max(1, learners)
+    return {
+        "name": "scaling",
+        "env": {"id": ENV_ID, "config": dict(ENV_CONFIG)},
+        "algorithm": {
+            "name": "ppo",
+            "train_batch_size": per_learner,
+            "minibatch_size": min(args.minibatch, per_learner),
+            "num_epochs": args.epochs,
+        },
+        "model": {"type": "mlp", "hiddens": [64, 64]},
+        "resources": {
+            "num_env_runners": runners,
+            "num_envs_per_env_runner": envs,
+            "num_learners": learners,
+        },
+    }
+
+
+def _pids(algo: Any) -> list[int]:
+    """Processes of the algorithm: the driver, its remote env runners and remote learners."""
+    pids = [os.getpid()]
+    group = algo.env_runner_group
+    if group is not None and group.num_remote_env_runners():
+        pids += group.foreach_env_runner(lambda _: os.getpid(), local_env_runner=False)
+    if not algo.learner_group.is_local:
+        calls = algo.learner_group.foreach_learner(lambda _: os.getpid())
+        pids += [c.get() for c in calls.ignore_errors()]
+    return pids
+
+
+def _cpu_seconds(pids: list[int]) -> float:
+    import psutil
+
+    total = 0.0
+    for pid in pids:
+        times = psutil.Process(pid).cpu_times()
+        total += times.user + times.system
+    return total
+
+
+def _sample_cost(algo: Any, steps: int) -> tuple[float, float]:
+    """Sampling alone: env steps per wall second and per CPU second of the sampling processes."""
+
+    def timed(runner: Any, n: int) -> tuple[int, float, float]:
+        start, cpu = time.perf_counter(), time.process_time()
+        episodes = runner.sample(num_timesteps=n, explore=True)
+        done = sum(len(e) for e in episodes)
+        return done, time.perf_counter() - start, time.process_time() - cpu
+
+    group = algo.env_runner_group
+    remote = group.num_remote_env_runners()
+    if not remote:
+        results = [timed(algo.env_runner, steps)]
+    else:
+        per = max(1, steps // remote)
+        results = group.foreach_env_runner(lambda r: timed(r, per), local_env_runner=False)
+    done = sum(r[0] for r in results)
+    return done / max(r[1] for r in results), done / max(sum(r[2] for r in results), 1e-9)
+
+
+def measure(config: dict[str, Any], iters: int, logdir: Path) -> dict[str, float]:
+    """Builds the algorithm, runs one warm-up iteration, then times ``iters`` iterations and one
+    sampling-only round of a train batch."""
+    from memrl.config import build_algorithm_config, parse_config
+    from memrl.train import build_algo, flatten
+
+    algo = build_algo(build_algorithm_config(parse_config(config)), logdir)
+    try:
+        result = flatten(algo.train())
+        pids = _pids(algo)
+        steps0 = result["env_runners/num_env_steps_sampled_lifetime"]
+        start, cpu0 = time.perf_counter(), _cpu_seconds(pids)
+        for _ in range(iters):
+            result = flatten(algo.train())
+        wall, cpu = time.perf_counter() - start, _cpu_seconds(pids) - cpu0
+        steps = result["env_runners/num_env_steps_sampled_lifetime"] - steps0
+        batch = float(result["env_runners/num_env_steps_sampled"])
+        sampling, sampling_cpu = _sample_cost(algo, int(batch))
+        return {
+            "pipeline_steps_per_s": steps / wall,
+            "pipeline_steps_per_cpu_s": steps / max(cpu, 1e-9),
+            "sampling_steps_per_s": sampling,
+            "sampling_steps_per_cpu_s": sampling_cpu,
+            "learner_steps_per_s": batch / result["timers/learner_update_timer"],
+        }
+    finally:
+        algo.stop()
+
+
+def settings(args: argparse.Namespace) -> list[tuple[int, int, int]]:
+    """(env runners, learners, envs per runner) of every measured setting."""
+    runners = [int(x) for x in args.runners.split(",") if x.strip()]
+    learners = [int(x) for x in args.learners.split(",") if x.strip()]
+    if any(n < 0 for n in runners + learners):
+        raise ValueError(
+            f"--runners/--learners must be >= 0, got {args.runners!r}/{args.learners!r}"
+        )
+    envs = [args.envs_per_runner]
+    if args.baseline_envs and args.baseline_envs != args.envs_per_runner and not args.quick:
+        envs.insert(0, args.baseline_envs)
+    out = [(r, 0, e) for e in envs for r in runners]
+    out += [(0, n, args.envs_per_runner) for n in learners if n > 0]
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    import tempfile
+
+    import torch
+
+    from memrl.ray_session import ray_session
+
+    torch.set_num_threads(1)
+    if args.quick:
+        args.iters, args.raw_steps = 1, 20_000
+    todo = settings(args)
+    # The machine may be shared: the raw env is measured right before and after every setting,
+    # and each setting's fractions are taken against the mean of those two (the same load).
+    raws = [raw_env_speed(args.raw_steps)]
+    rows: list[dict[str, Any]] = []
+    need = max((1 + r + n for r, n, _ in todo), default=1)
+    cores = os.cpu_count() or 1
+    with ray_session(None, num_cpus=max(need, cores)), tempfile.TemporaryDirectory() as tmp:
+        for runners, learners, envs in todo:
+            label = f"{runners} runners, {learners} learners, {envs} envs"
+            figures = measure(experiment(runners, learners, envs, args), args.iters, Path(tmp))
+            raws.append(raw_env_speed(args.raw_steps))
+            raw_wall = (raws[-2][0] + raws[-1][0]) / 2
+            rows.append(
+                {
+                    "setting": label,
+                    "env_runners": runners,
+                    "learners": learners,
+                    "envs_per_runner": envs,
+                    **figures,
+                    "raw_steps_per_s": raw_wall,
+                    "pipeline_frac_of_raw": figures["pipeline_steps_per_s"] / raw_wall,
+                    "sampling_frac_of_raw": figures["sampling_steps_per_s"] / raw_wall,
+                }
+            )
+            logger.info("%s: %s", label, rows[-1])
+    raw_cpu = statistics.median(r[1] for r in raws)
+    for row in rows:
+        row["pipeline_cpu_frac_of_raw"] = row["pipeline_steps_per_cpu_s"] / raw_cpu
+        row["sampling_cpu_frac_of_raw"] = row["sampling_steps_per_cpu_s"] / raw_cpu
+        row["cpu_cores"] = cores
+    raw_wall = statistics.median(r[0] for r in raws)
+    rows.insert(
+        0,
+        {
+            "setting": "raw env",
+            "env_runners": 0,
+            "learners": 0,
+            "envs_per_runner": 1,
+            "pipeline_steps_per_s": raw_wall,
+            "pipeline_steps_per_cpu_s": raw_cpu,
+            "sampling_steps_per_s": raw_wall,
+            "sampling_steps_per_cpu_s": raw_cpu,
+            "learner_steps_per_s": float("nan"),
+            "raw_steps_per_s": raw_wall,
+            "pipeline_frac_of_raw": 1.0,
+            "sampling_frac_of_raw": 1.0,
+            "pipeline_cpu_frac_of_raw": 1.0,
+            "sampling_cpu_frac_of_raw": 1.0,
+            "cpu_cores": cores,
+        },
+    )
+    write_report(
+        NAME,
+        rows,
+        args.output,
+        as_json=args.json,
+        title=f"Scaling on Dark-Key-To-Door (MLP, PPO, batch {args.train_batch}, "
+        f"{args.epochs} epochs of minibatch {args.minibatch}; {cores} CPU cores)",
+        plots=[
+            Plot(x="setting", y="pipeline_steps_per_s", kind="bar", title="whole loop, steps/s"),
+            Plot(
+                x="setting",
+                y="sampling_cpu_frac_of_raw",
+                kind="bar",
+                title="sampling / raw env (per CPU second)",
+            ),
+            Plot(
+                x="setting",
+                y="pipeline_cpu_frac_of_raw",
+                kind="bar",
+                title="whole loop / raw env (per CPU second)",
+            ),
+            Plot(x="setting", y="learner_steps_per_s", kind="bar", title="learner, steps/s"),
+        ],
+    )
+    return 0

@@ -1,0 +1,53 @@
+"""`memrl bench scaling`: the settings it measures and the configs it builds (the timed run itself
+is a benchmark, not a test: no timing asserts)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+import pytest
+
+from memrl.bench import scaling
+from memrl.config import parse_config
+
+
+def _args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    scaling.add_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_default_settings_cover_runners_learners_and_the_old_default():
+    assert scaling.settings(_args()) == [
+        (0, 0, 8),
+        (1, 0, 8),
+        (2, 0, 8),
+        (0, 0, 64),
+        (1, 0, 64),
+        (2, 0, 64),
+        (0, 1, 64),
+        (0, 2, 64),
+    ]
+    assert scaling.settings(_args("--quick", "--learners", "")) == [
+        (0, 0, 64),
+        (1, 0, 64),
+        (2, 0, 64),
+    ]
+    with pytest.raises(ValueError, match="must be >= 0"):
+        scaling.settings(_args("--runners", "-1"))
+
+
+def test_every_setting_is_a_valid_experiment_with_the_same_total_batch():
+    args = _args()
+    for runners, learners, envs in scaling.settings(args):
+        exp = parse_config(scaling.experiment(runners, learners, envs, args))
+        assert exp.resources.num_env_runners == runners and exp.resources.num_learners == learners
+        assert exp.resources.num_envs_per_env_runner == envs
+        assert exp.algorithm.train_batch_size * max(1, learners) == args.train_batch
+
+
+def test_raw_env_speed_is_a_positive_rate():
+    per_wall_s, per_cpu_s = scaling.raw_env_speed(2000)
+    assert math.isfinite(per_wall_s) and per_wall_s > 0 and math.isfinite(per_cpu_s)
+    assert per_cpu_s >= per_wall_s * 0.5  # a CPU second is never much longer than a wall second
