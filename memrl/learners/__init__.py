@@ -1,0 +1,1 @@
+"""RLlib Learners, algorithm settings and pure loss functions."""

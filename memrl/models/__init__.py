@@ -1,0 +1,1 @@
+"""Pure torch networks and the RLModules (and model settings) that wrap them for RLlib."""
