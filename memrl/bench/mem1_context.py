@@ -1,0 +1,267 @@
+"""MEM1 vs full context on multi-objective doc-QA: peak tokens, dependency, seconds, EM and F1.
+
+One model (a local model directory, or ``scripted``: the scripted reference agent driven through the
+same prompts, tokenizer and context policies) and one task set (the synthetic KB's test split), for
+each number of objectives N and each context policy; every figure comes from the rollout loop and
+memory metrics that training uses (memrl/runners/text_rollout.py, memrl/metrics.py).
+
+    memrl bench mem1-context --model scripted --objectives 2 8 16 --tasks 16
+    memrl bench mem1-context --model runs/mem1_doc_qa_tiny/checkpoints/iter_000024
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from memrl.bench._report import Plot, add_output_arguments, write_report
+
+logger = logging.getLogger(__name__)
+
+NAME = "mem1_context"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--model",
+        default="scripted",
+        help="a model directory (HF format), a `memrl train` checkpoint, or 'scripted' "
+        "(default: %(default)s)",
+    )
+    parser.add_argument(
+        "--tokenizer",
+        default=None,
+        help="tokenizer directory for --model scripted (default: a BPE trained "
+        "here on the env's text)",
+    )
+    parser.add_argument(
+        "--objectives",
+        type=int,
+        nargs="+",
+        default=[2, 8, 16],
+        help="numbers of questions per task (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--policies",
+        nargs="+",
+        default=["mem1", "full"],
+        choices=["mem1", "full", "last_k"],
+        help="context policies",
+    )
+    parser.add_argument("--tasks", type=int, default=16, help="test tasks per N")
+    parser.add_argument("--synthetic-passages", type=int, default=300)
+    parser.add_argument("--topk", type=int, default=3, help="passages per search")
+    parser.add_argument(
+        "--config",
+        default=None,
+        help="an experiment YAML whose algorithm.prompt and env.config the model was trained "
+        "with (objectives, split, max_turns, num_tasks and topk still come from this command)",
+    )
+    parser.add_argument(
+        "--turns-per-objective",
+        type=int,
+        default=2,
+        help="max_turns = this x N + 2 (the scripted agent needs up to 2 per two-hop question)",
+    )
+    parser.add_argument("--max-tokens-per-turn", type=int, default=256)
+    parser.add_argument("--batch", type=int, default=8, help="envs generating together")
+    parser.add_argument("--seed", type=int, default=0)
+    add_output_arguments(parser, NAME)
+
+
+class ScriptedBackend:
+    """The scripted doc-QA agent behind the generation interface (no model; log-probs 0).
+
+    Each context starts with its task's prompt ids, which identify the episode; the agent reads the
+    latest observation (the text after the context's last information tag) like a model would.
+    """
+
+    def __init__(self, tokenizer: Any, prompt: Any, max_turns: int) -> None:
+        from memrl.envs.doc_qa.agent import ScriptedAgent
+
+        self.tokenizer = tokenizer
+        self.prompt = prompt
+        self.max_turns = max_turns
+        self._agent_cls = ScriptedAgent
+        self._agents: dict[tuple[int, ...], Any] = {}
+
+    def update_weights(self, lm: Any) -> None:
+        """Nothing to update."""
+
+    def begin(self, prompts: Sequence[Sequence[int]], questions: Sequence[list[str]]) -> None:
+        """Registers the episodes about to run (their prompt ids and questions)."""
+        self._agents = {}
+        for ids, qs in zip(prompts, questions, strict=True):
+            agent = self._agent_cls(self.prompt.text_tags())
+            agent.reset("; ".join(qs), {"task": {"questions": qs}, "max_turns": self.max_turns})
+            self._agents[tuple(ids)] = agent
+
+    def generate(self, prompts, stops, max_new_tokens, *, greedy=False):
+        from memrl.models.generation.base import Generation
+
+        out = []
+        info_tag = f"<{self.prompt.tag('information')}>"
+        for ctx in prompts:
+            key = next(k for k in self._agents if tuple(ctx[: len(k)]) == k)
+            tail = self.tokenizer.decode(list(ctx[len(key) :]))
+            obs = tail[tail.rfind(info_tag) :] if info_tag in tail else None
+            text = self._agents[key].act(obs)
+            ids = self.tokenizer.encode(text, add_special_tokens=False)
+            out.append(Generation(ids=ids, logps=[0.0] * len(ids), text=text, finish_reason="stop"))
+        return out
+
+
+def _scripted_tokenizer(args: argparse.Namespace, prompt: Any) -> Any:
+    if args.tokenizer:
+        from memrl.models.llm_net import load_tokenizer
+
+        return load_tokenizer(args.tokenizer)
+    from memrl.models.llm import env_texts
+    from memrl.models.tokenizer import build_tokenizer
+
+    texts = env_texts(
+        "memrl/DocQA-v0",
+        {"synthetic_passages": args.synthetic_passages, "seed": args.seed},
+        prompt,
+        100,
+    )
+    return build_tokenizer(texts, 2048, prompt.all_tag_strings())
+
+
+def run(args: argparse.Namespace) -> int:
+    import numpy as np
+    import torch
+
+    from memrl.envs import make_env
+    from memrl.models.context import ContextPolicy
+    from memrl.models.prompts import PromptSettings, render_prompt
+    from memrl.runners.text_rollout import rollout
+
+    torch.set_num_threads(max(1, min(4, torch.get_num_threads())))
+    prompt = PromptSettings()
+    base_env: dict[str, Any] = {"synthetic_passages": args.synthetic_passages, "seed": args.seed}
+    if args.config:
+        from memrl.config import load_config
+
+        exp = load_config(args.config)
+        prompt = exp.algorithm.prompt
+        base_env = dict(exp.env.config)
+    if args.model == "scripted":
+        tokenizer = _scripted_tokenizer(args, prompt)
+        lm = None
+    else:
+        from memrl.models.generation import GenerationSettings, make_backend
+        from memrl.models.llm import load_policy
+
+        lm, tokenizer = load_policy(args.model)
+        if torch.cuda.is_available():
+            lm = lm.to("cuda")
+        lm.eval()
+    rows = []
+    for n in args.objectives:
+        max_turns = args.turns_per_objective * n + 2
+        config = {
+            **base_env,
+            "objectives": n,
+            "split": "test",
+            "max_turns": max_turns,
+            "num_tasks": max(args.tasks, 1),
+            "topk": args.topk,
+        }
+        envs = [make_env("memrl/DocQA-v0", config) for _ in range(args.batch)]
+        for name in args.policies:
+            policy = ContextPolicy(name, k=1)
+            if lm is None:
+                backend = ScriptedBackend(tokenizer, prompt, max_turns)
+            else:
+                backend = make_backend(
+                    GenerationSettings(backend="hf", seed=args.seed), lm, tokenizer
+                )
+            episodes = []
+            for start in range(0, args.tasks, args.batch):
+                idx = list(range(start, min(args.tasks, start + args.batch)))
+                batch_envs = envs[: len(idx)]
+                if isinstance(backend, ScriptedBackend):
+                    prompts, questions = [], []
+                    for env, i in zip(batch_envs, idx, strict=True):
+                        obs, info = env.reset(options={"task_index": i})
+                        prompts.append(
+                            tokenizer.encode(
+                                render_prompt(prompt, obs, tokenizer), add_special_tokens=False
+                            )
+                        )
+                        questions.append(info["task"]["questions"])
+                    backend.begin(prompts, questions)
+                episodes += rollout(
+                    batch_envs,
+                    backend,
+                    tokenizer,
+                    policy=policy,
+                    prompt=prompt,
+                    max_tokens_per_turn=args.max_tokens_per_turn,
+                    reset_options=[{"task_index": i} for i in idx],
+                    greedy=True,
+                )
+            mem = [ep.memory_metrics() for ep in episodes]
+            rows.append(
+                {
+                    "model": "scripted" if lm is None else args.model,
+                    "policy": name,
+                    "objectives": n,
+                    "topk": args.topk,
+                    "tasks": len(episodes),
+                    "peak_tokens": float(np.mean([m["peak_tokens"] for m in mem])),
+                    "dependency": float(np.mean([m["dependency"] for m in mem])),
+                    "seconds": float(np.mean([ep.seconds for ep in episodes])),
+                    "em": float(np.mean([ep.info.get("em", 0.0) for ep in episodes])),
+                    "f1": float(np.mean([ep.info.get("f1", 0.0) for ep in episodes])),
+                    "turns": float(np.mean([len(ep) for ep in episodes])),
+                }
+            )
+            logger.info("N=%d %s: %s", n, name, rows[-1])
+        for env in envs:
+            env.close()
+    title = _ratios(rows)
+    write_report(
+        NAME,
+        rows,
+        args.output,
+        as_json=args.json,
+        title=title,
+        columns=[
+            "model",
+            "policy",
+            "objectives",
+            "topk",
+            "tasks",
+            "peak_tokens",
+            "dependency",
+            "seconds",
+            "em",
+            "f1",
+            "turns",
+        ],
+        plots=[
+            Plot(x="objectives", y="peak_tokens", group="policy", logy=True),
+            Plot(x="objectives", y="dependency", group="policy", logy=True),
+            Plot(x="objectives", y="seconds", group="policy"),
+            Plot(x="objectives", y="em", group="policy"),
+        ],
+    )
+    return 0
+
+
+def _ratios(rows: list[dict[str, Any]]) -> str:
+    """A title with mem1/full ratios of peak tokens and dependency per N."""
+    by = {(r["policy"], r["objectives"]): r for r in rows}
+    parts = []
+    for (policy, n), r in sorted(by.items(), key=lambda kv: kv[0][1]):
+        full = by.get(("full", n))
+        if policy == "mem1" and full and full["peak_tokens"] and full["dependency"]:
+            parts.append(
+                f"N={n}: peak {r['peak_tokens'] / full['peak_tokens']:.3f}, "
+                f"dependency {r['dependency'] / full['dependency']:.3f}"
+            )
+    return "MEM1 vs full context (mem1/full: " + "; ".join(parts) + ")" if parts else NAME

@@ -1,0 +1,146 @@
+"""MEM1 settings (``algorithm: {name: mem1, ...}``): an LLM agent trained with token-level PPO or
+GRPO on multi-turn text envs, under a context policy (mem1, full, last_k).
+
+``Mem1Settings.make_algorithm_config`` returns a ``Mem1Config`` (memrl/learners/token_algorithm.py)
+that runs ``TextEnvRunner``s (memrl/runners/text_env_runner.py) and ``TokenLearner``s
+(memrl/learners/token_learner.py). Defaults follow the paper (specs/mem1.md): PPO with a critic,
+gamma = lambda = 1, KL 0.001 to a frozen reference folded into the reward, clip 0.2, actor lr 1e-6,
+critic lr 1e-5, two minibatches per batch, temperature 1, 1000 tokens per turn.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from memrl.models.prompts import PromptSettings
+
+if TYPE_CHECKING:
+    from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
+
+
+@dataclass(frozen=True)
+class WarmStartSettings:
+    """Supervised fine-tuning on the scripted agent's trajectories before RL (off when 0)."""
+
+    episodes: int = 0
+    """Scripted episodes to imitate (0: no warm start)."""
+    epochs: int = 3
+    """Passes over them."""
+    lr: float = 1e-3
+    """Adam learning rate of the warm start."""
+    rows_per_batch: int = 8
+    """Packed rows per optimizer step."""
+    task_offset: int = 0
+    """First train-split task index the scripted agent plays."""
+
+    def validate(self, where: str) -> None:
+        if self.episodes < 0 or self.epochs < 1 or self.lr <= 0 or self.rows_per_batch < 1:
+            raise ValueError(
+                f"{where}: episodes must be >= 0, epochs and rows_per_batch >= 1, "
+                f"lr > 0; got {self}"
+            )
+
+
+@dataclass(frozen=True)
+class Mem1Settings:
+    """An LLM agent with a context policy, trained by token-level PPO or GRPO."""
+
+    TAG_KEY: ClassVar[tuple[str, str]] = ("name", "mem1")
+
+    algorithm: Literal["ppo", "grpo"] = "ppo"
+    """``ppo``: critic + GAE(1, 1), KL folded into the reward; ``grpo``: group-normalized outcome
+    reward over ``group_size`` rollouts per task, KL as a loss term, no critic."""
+    context_policy: Literal["mem1", "full", "last_k"] = "mem1"
+    """What the model sees each turn (memrl/models/context.py)."""
+    last_k: int = 1
+    """Turns kept by ``last_k``."""
+    prompt: PromptSettings = field(default_factory=PromptSettings)
+    """Prompt template, tag names, observation and chat templates."""
+    sequence_mode: Literal["per_turn", "packed", "packed_exact"] = "per_turn"
+    """``per_turn``: each turn's real context is its own training sequence (exact);
+    ``packed``: one sequence per episode with MEM1's 2D attention mask (fewest tokens, approximate);
+    ``packed_exact``: one sequence per episode that re-encodes each turn's kept state at the head of
+    the next context, as the rollout does (exact; shares the prompt across turns)."""
+    group_size: int = 1
+    """Rollouts per task drawn together (GRPO needs >= 2; envs per runner must divide by it)."""
+    rounds_per_sample: int = 1
+    """Rounds of ``num_envs_per_env_runner`` episodes each env runner plays per iteration."""
+    max_tokens_per_turn: int = 1000
+    """Generation budget of one turn."""
+    max_obs_tokens: int = 1024
+    """Observation tokens kept per turn."""
+    lr: float = 1e-6
+    """Actor learning rate."""
+    critic_lr: float = 1e-5
+    """Critic (value head) learning rate."""
+    kl_coef: float = 0.001
+    """Weight of the KL to the frozen reference (PPO: in the reward; GRPO: in the loss)."""
+    clip: float = 0.2
+    """Policy ratio clip."""
+    vf_clip: float = 0.5
+    """Value clip (in return units)."""
+    vf_loss_coeff: float = 1.0
+    """Weight of the value loss."""
+    whiten_advantages: bool = True
+    """Normalize PPO advantages over the batch's generated tokens."""
+    num_minibatches: int = 2
+    """Optimizer steps per epoch (the batch split by rows)."""
+    num_epochs: int = 1
+    """Passes over each batch."""
+    max_tokens_per_row: int = 4096
+    """Training rows pack sequences up to this many tokens."""
+    grad_clip: float = 1.0
+    """Global gradient-norm clip."""
+    recompute_old_logp: bool = True
+    """Ratio denominators from the learner's own pre-update pass (exactly 1 at the start, also in
+    packed mode) instead of the rollout's log-probs; the gap between the two is logged."""
+    format_penalty: float = 0.0
+    """Subtracted from an episode's reward per turn the env could not parse."""
+    train_tasks: int = 0
+    """Tasks drawn for training are task_index 0..train_tasks-1 (0: the env draws by seed)."""
+    eval_every: int = 0
+    """Evaluate on held-out tasks every N iterations, from iteration 0, before that iteration's
+    update (0: never); logged as env_runners/eval_em, eval_f1, eval_peak_tokens."""
+    eval_env_config: dict[str, Any] = field(default_factory=lambda: {"split": "test"})
+    """env.config overrides of the evaluation env (default: the test split)."""
+    eval_tasks: int = 32
+    """Held-out tasks per evaluation (task_index 0..eval_tasks-1, greedy decoding)."""
+    warm_start: WarmStartSettings = field(default_factory=WarmStartSettings)
+    """Supervised warm start on scripted trajectories."""
+
+    def validate(self, where: str) -> None:
+        if self.algorithm == "grpo" and self.group_size < 2:
+            raise ValueError(
+                f"{where}.group_size must be >= 2 for grpo (rollouts per task to "
+                f"normalize over), got {self.group_size}"
+            )
+        for name in (
+            "group_size",
+            "rounds_per_sample",
+            "max_tokens_per_turn",
+            "num_minibatches",
+            "num_epochs",
+            "max_tokens_per_row",
+            "last_k",
+        ):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{where}.{name} must be >= 1, got {getattr(self, name)}")
+        if self.lr <= 0 or self.critic_lr <= 0 or self.kl_coef < 0 or not 0 < self.clip < 1:
+            raise ValueError(f"{where}: lr and critic_lr must be > 0, kl_coef >= 0, clip in (0, 1)")
+
+    def make_algorithm_config(self, exp: Any) -> AlgorithmConfig:
+        from memrl.learners.token_algorithm import Mem1Config
+
+        envs = exp.resources.num_envs_per_env_runner
+        if envs % self.group_size:
+            raise ValueError(
+                f"resources.num_envs_per_env_runner ({envs}) must be a multiple of "
+                f"algorithm.group_size ({self.group_size}): each runner draws whole groups"
+            )
+        config = Mem1Config()
+        config.mem1 = self
+        config.text_env_id = exp.env.id
+        config.env_runners(create_local_env_runner=exp.resources.num_env_runners == 0)
+        config.training(grad_clip=self.grad_clip, grad_clip_by="global_norm")
+        return config
