@@ -1,0 +1,1 @@
+"""EnvRunners and ConnectorV2 pieces (multi-turn text runner, Memo cache refresh)."""
