@@ -68,6 +68,7 @@ def ray_session(
         return
     temp_dir = None
     failed = False
+    saved_env = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")}
     try:
         if address:
             logger.info("joining Ray cluster at %s", address)
@@ -78,10 +79,12 @@ def ray_session(
                 os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH")
             ):
                 os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
-            # Ray caches its config at import: make it re-read RAY_AUTH_MODE.
-            from ray._raylet import Config
+            # Ray caches its config and the token it loaded first (perhaps another Ray's, in a
+            # process that started several): make it re-read RAY_AUTH_MODE and the token.
+            from ray._raylet import AuthenticationTokenLoader, Config
 
             Config.initialize("")
+            AuthenticationTokenLoader.instance().reset_cache()
             # Short path: Ray's unix sockets live under it (108-byte limit).
             temp_dir = tempfile.mkdtemp(prefix="memrl-ray-")
             ray.init(
@@ -107,6 +110,11 @@ def ray_session(
     finally:
         if ray.is_initialized():
             ray.shutdown()
+        for key, value in saved_env.items():  # the token lived as long as this Ray
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
         if temp_dir:
             if failed and keep_temp_on_error:
                 logger.warning("Ray's logs of this run are kept in %s", temp_dir)
