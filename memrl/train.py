@@ -262,7 +262,7 @@ def summary_table(rows: list[dict[str, Any]], run_dir: RunDir, wall_s: float) ->
             "restarts": last["env_runner_restarts"],
         }
     ]
-    inner = {k: v for k, v in last.items() if k.startswith("inner_return_")}
+    inner = {k: v for k, v in last.items() if k.startswith("inner_return_") and math.isfinite(v)}
     table = format_table(summary)
     if inner:
         table += "\n\nReturn per inner-episode index (last iteration):\n" + format_table([inner])
