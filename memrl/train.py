@@ -183,8 +183,8 @@ def progress_line(row: dict[str, Any], stop_iters: int, steps_per_s: float) -> s
         for k in (f"inner_return_{i}" for i in range(10))
         if k in row and math.isfinite(row[k])
     ]
-    if len(inner) >= 2:
-        parts.append(f"inner ep0 {inner[0]:.2f} -> ep{len(inner) - 1} {inner[-1]:.2f}")
+    if len(inner) >= 2:  # the first inner episodes of a trial: later ones are better with memory
+        parts.append("inner ep0-3 " + " ".join(f"{v:.2f}" for v in inner[:4]))
     if "learner_total_loss" in row:
         parts.append(f"loss {row['learner_total_loss']:.3f}")
     if row["env_runner_restarts"] or row["env_step_failures"] or row["env_runners_down"]:
