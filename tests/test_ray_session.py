@@ -19,8 +19,13 @@ def test_session_after_a_plain_ray_init_in_the_same_process(tmp_path, monkeypatc
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
     monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
-    ray.init(num_cpus=1, include_dashboard=False)  # Ray's default: writes ~/.ray/auth_token
+    import shutil
+    import tempfile
+
+    temp = tempfile.mkdtemp(prefix="ray-plain-")  # not the shared /tmp/ray
+    ray.init(num_cpus=1, include_dashboard=False, _temp_dir=temp)  # writes ~/.ray/auth_token
     ray.shutdown()
+    shutil.rmtree(temp, ignore_errors=True)
     assert (Path(tmp_path) / ".ray" / "auth_token").is_file()
     mode_before = os.environ.get("RAY_AUTH_MODE")  # Ray's own init sets it for its process
     with ray_session(None, num_cpus=1) as info:

@@ -48,8 +48,18 @@ def browser():
             service=Service(executable_path="/usr/bin/chromedriver"), options=opts
         )
         driver.set_page_load_timeout(30)
-        yield driver
-        driver.quit()
+        import psutil
+
+        tree = psutil.Process(driver.service.process.pid).children(recursive=True)
+        try:
+            yield driver
+        finally:
+            driver.quit()
+            # A browser left in a bad state by a failed test can outlive quit(): end it here.
+            _, alive = psutil.wait_procs(tree, timeout=5)
+            for proc in alive:
+                proc.kill()
+            psutil.wait_procs(alive, timeout=5)
 
 
 def _page(driver) -> str:
@@ -58,12 +68,25 @@ def _page(driver) -> str:
 
 def _click(driver, element) -> None:
     """Clicks and waits for the page that the form submission or link loads."""
+    from selenium.common.exceptions import WebDriverException
     from selenium.webdriver.support import expected_conditions
     from selenium.webdriver.support.ui import WebDriverWait
 
     old = driver.find_element("tag name", "body")
     element.click()
-    WebDriverWait(driver, 20).until(expected_conditions.staleness_of(old))
+
+    def replaced(_driver) -> bool:
+        # Chromium reports a node of the old document as stale, or (mid-navigation) as "not in
+        # the document": both mean the new page has replaced it.
+        try:
+            return expected_conditions.staleness_of(old)(_driver)
+        except WebDriverException:
+            return True
+
+    WebDriverWait(driver, 20).until(replaced)
+    WebDriverWait(driver, 20).until(
+        lambda d: d.execute_script("return document.readyState") == "complete"
+    )
 
 
 @pytest.mark.parametrize("goal", [3, 11])
