@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -11,34 +14,48 @@ from memrl.ray_session import ray_session
 
 pytestmark = pytest.mark.slow
 
-
-def test_session_after_a_plain_ray_init_in_the_same_process(tmp_path, monkeypatch):
-    """Ray caches the first token it loads; memrl's fresh token must still be the one used."""
+# Run in a fresh interpreter: the scenario is about what one process's earlier Ray leaves behind.
+PLAIN_INIT_THEN_SESSION = textwrap.dedent(
+    """
+    import os, shutil, tempfile
+    from pathlib import Path
     import ray
+    from memrl.ray_session import ray_session
 
-    monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
-    monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
-    import shutil
-    import tempfile
-
-    temp = tempfile.mkdtemp(prefix="ray-plain-")  # not the shared /tmp/ray
+    temp = tempfile.mkdtemp(prefix="ray-plain-")
     ray.init(num_cpus=1, include_dashboard=False, _temp_dir=temp)  # writes ~/.ray/auth_token
     ray.shutdown()
     shutil.rmtree(temp, ignore_errors=True)
-    assert (Path(tmp_path) / ".ray" / "auth_token").is_file()
-    mode_before = os.environ.get("RAY_AUTH_MODE")  # Ray's own init sets it for its process
+    saved = (Path.home() / ".ray" / "auth_token").read_text().strip()
+    mode_before = os.environ.get("RAY_AUTH_MODE")
     with ray_session(None, num_cpus=1) as info:
         assert info.embedded and info.cpus == 1
         assert os.environ["RAY_AUTH_MODE"] == "token"
-        token = os.environ["RAY_AUTH_TOKEN"]
-        assert token != (Path(tmp_path) / ".ray" / "auth_token").read_text().strip()
+        assert os.environ["RAY_AUTH_TOKEN"] != saved
         assert ray.get(ray.remote(lambda: 41 + 1).remote()) == 42
         temp_dir = info.temp_dir
     assert not ray.is_initialized()
-    assert "RAY_AUTH_TOKEN" not in os.environ  # the token lived as long as that Ray
+    assert "RAY_AUTH_TOKEN" not in os.environ
     assert os.environ.get("RAY_AUTH_MODE") == mode_before
-    assert temp_dir and not Path(temp_dir).exists()  # removed after a clean run
+    assert temp_dir and not Path(temp_dir).exists()
+    print("SESSION-OK")
+    """
+)
+
+
+def test_session_after_a_plain_ray_init_in_the_same_process(tmp_path):
+    """Ray caches the first token it loads; memrl's fresh token must still be the one used."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+    env["HOME"] = str(tmp_path)
+    out = subprocess.run(
+        [sys.executable, "-c", PLAIN_INIT_THEN_SESSION],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0 and "SESSION-OK" in out.stdout, out.stdout + out.stderr[-3000:]
+    assert (tmp_path / ".ray" / "auth_token").is_file()  # Ray's own init wrote it; memrl did not
 
 
 def test_a_failing_block_keeps_ray_logs(tmp_path, monkeypatch):

@@ -55,11 +55,45 @@ def browser():
             yield driver
         finally:
             driver.quit()
-            # A browser left in a bad state by a failed test can outlive quit(): end it here.
-            _, alive = psutil.wait_procs(tree, timeout=5)
-            for proc in alive:
-                proc.kill()
-            psutil.wait_procs(alive, timeout=5)
+            _end_leftovers(tree, profile)
+
+
+def _end_leftovers(tree: list, profile: str) -> None:
+    """Ends what quit() can leave: the browser after a failed test, and Chromium's crashpad
+    helpers, which exit late and, when another test made this process a child subreaper, come
+    back to it as children that must be reaped."""
+    import time
+
+    import psutil
+
+    _, alive = psutil.wait_procs(tree, timeout=5)
+    alive += [
+        p for p in psutil.process_iter(["cmdline"]) if profile in " ".join(p.info["cmdline"] or [])
+    ]
+    for proc in alive:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(alive, timeout=5)
+    deadline = time.time() + 5
+    while time.time() < deadline:
+        kids = []
+        for child in psutil.Process().children():
+            try:
+                if child.name().startswith(("chrome", "chromium")):
+                    kids.append(child)
+            except psutil.NoSuchProcess:
+                pass
+        if not kids:
+            return
+        for child in kids:
+            try:
+                if child.status() != psutil.STATUS_ZOMBIE:
+                    child.kill()
+                child.wait(timeout=1)
+            except (psutil.NoSuchProcess, psutil.TimeoutExpired):
+                pass
 
 
 def _page(driver) -> str:
