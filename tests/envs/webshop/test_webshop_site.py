@@ -8,6 +8,7 @@ import urllib.request
 
 import pytest
 
+from memrl.envs.web_search.config import DEFAULT_CHROME_FLAGS
 from memrl.envs.webshop import CatalogueSpec, ScriptedShopper, WebShopEngine, get_world
 from memrl.envs.webshop.site import WebShopSite, start_server
 
@@ -32,17 +33,7 @@ def browser():
     opts = webdriver.ChromeOptions()
     opts.binary_location = "/usr/bin/chromium"
     with tempfile.TemporaryDirectory() as profile:
-        for flag in (
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            f"--user-data-dir={profile}",
-        ):
+        for flag in (*DEFAULT_CHROME_FLAGS, f"--user-data-dir={profile}"):
             opts.add_argument(flag)
         driver = webdriver.Chrome(
             service=Service(executable_path="/usr/bin/chromedriver"), options=opts
