@@ -19,6 +19,12 @@ from memrl import plugins
 EXIT_USAGE = 2
 
 
+def _add_set(p: argparse.ArgumentParser, help_text: str) -> None:
+    p.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=help_text
+    )
+
+
 def _add_train(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "train",
@@ -27,14 +33,7 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
         "embedded local Ray, or on a cluster with --address.",
     )
     p.add_argument("config", help="experiment YAML, e.g. configs/quickstart.yaml")
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a config value, e.g. --set algorithm.lr=1e-4 (repeatable)",
-    )
+    _add_set(p, "override a config value, e.g. --set algorithm.lr=1e-4 (repeatable)")
     p.add_argument("--stop-iters", type=int, help="training iterations (overrides run.stop_iters)")
     p.add_argument(
         "--stop-timesteps",
@@ -63,14 +62,7 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--episodes", type=int, help="episodes to run (default: run.eval_episodes)")
     p.add_argument("--output", help="write the results as JSON to this file")
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a value of the run's config, e.g. --set env.config.trial_len=1000",
-    )
+    _add_set(p, "override a value of the run's config, e.g. --set env.config.trial_len=1000")
     p.add_argument("--explore", action="store_true", help="sample actions instead of the mode")
 
 
@@ -82,7 +74,7 @@ def _add_tune(sub: argparse._SubParsersAction) -> None:
         "metric) with Ray Tune.",
     )
     p.add_argument("config", help="experiment YAML with a tune: section")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    _add_set(p, "override a config value before the sweep (repeatable)")
     p.add_argument("--output", help="sweep directory (default: <run.output_dir>/<name>-tune)")
     p.add_argument("--resume", action="store_true", help="resume an interrupted sweep")
     p.add_argument("--address", help="join this Ray cluster (default: RAY_ADDRESS, else embedded)")

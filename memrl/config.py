@@ -380,7 +380,12 @@ def validate_env(exp: ExperimentConfig) -> None:
 
 def build_algorithm_config(exp: ExperimentConfig) -> AlgorithmConfig:
     """The RLlib AlgorithmConfig (new API stack) for an experiment."""
+    from memrl.callbacks import InnerEpisodeMetrics
+
     algo = exp.algorithm.make_algorithm_config(exp)
+    # Every run (train, tune, eval) reports per-inner-episode returns; settings applied after
+    # this (the model's) may add their own callbacks on top.
+    algo.callbacks(InnerEpisodeMetrics)
     r, ft = exp.resources, exp.fault_tolerance
     algo.environment(env=rllib_env_name(exp), env_config=dict(exp.env.config))
     algo.env_runners(

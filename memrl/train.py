@@ -324,7 +324,6 @@ def train(
             where="this machine's Ray" if info.embedded else "the cluster",
         )
         algo_config = build_algorithm_config(exp)
-        algo_config.callbacks(_callbacks_class(algo_config))
         algo = build_algo(algo_config, run.path / "rllib")
         try:
             if checkpoint is not None:
@@ -389,20 +388,6 @@ def _should_stop(exp: ExperimentConfig, iteration: int, rows: list[dict[str, Any
         return True
     steps = rows[-1]["env_steps_sampled"] if rows else 0
     return bool(exp.run.stop_timesteps and steps >= exp.run.stop_timesteps)
-
-
-def _callbacks_class(algo_config: Any) -> Any:
-    """memrl's callbacks, combined with any the algorithm settings already set."""
-    from memrl.callbacks import InnerEpisodeMetrics
-
-    existing = algo_config.callbacks_class
-    from ray.rllib.callbacks.callbacks import RLlibCallback
-
-    if existing is None or existing is RLlibCallback:
-        return InnerEpisodeMetrics
-    if isinstance(existing, type) and issubclass(existing, InnerEpisodeMetrics):
-        return existing
-    return [InnerEpisodeMetrics, existing] if isinstance(existing, type) else existing
 
 
 def build_algo(algo_config: Any, logdir: Path) -> Any:

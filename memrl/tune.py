@@ -343,7 +343,7 @@ def _trainable_class() -> type:
     from ray import tune
 
     from memrl.config import build_algorithm_config
-    from memrl.train import _callbacks_class, build_algo, metrics_row, sync_env_runner_weights
+    from memrl.train import build_algo, metrics_row, sync_env_runner_weights
 
     class MemrlTrainable(tune.Trainable):
         """One trial: an RLlib Algorithm built from memrl's config, one iteration per step."""
@@ -352,7 +352,6 @@ def _trainable_class() -> type:
             assert base is not None, "pass the base config with tune.with_parameters"
             exp = trial_experiment(base, config)
             algo_config = build_algorithm_config(exp)
-            algo_config.callbacks(_callbacks_class(algo_config))
             self.algo = build_algo(algo_config, Path(self.logdir) / "rllib")
 
         def step(self) -> dict[str, Any]:

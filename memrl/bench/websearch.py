@@ -97,33 +97,20 @@ def run(args: argparse.Namespace) -> int:
             rss.append(mem[0])
             pss.append(mem[1])
             browser.close()
-        row(
-            "browser_start_s",
-            "1 browser",
-            statistics.median(starts),
-            "s",
-            n=args.starts,
-            min=min(starts),
-            max=max(starts),
-        )
-        row(
-            "memory_rss_mb",
-            "1 browser",
-            statistics.median(rss),
-            "MiB",
-            n=args.starts,
-            min=min(rss),
-            max=max(rss),
-        )
-        row(
-            "memory_pss_mb",
-            "1 browser",
-            statistics.median(pss),
-            "MiB",
-            n=args.starts,
-            min=min(pss),
-            max=max(pss),
-        )
+        for metric, values, unit in (
+            ("browser_start_s", starts, "s"),
+            ("memory_rss_mb", rss, "MiB"),
+            ("memory_pss_mb", pss, "MiB"),
+        ):
+            row(
+                metric,
+                "1 browser",
+                statistics.median(values),
+                unit,
+                n=args.starts,
+                min=min(values),
+                max=max(values),
+            )
 
         for pool_size in (1, 2):
             client = WebClient(
