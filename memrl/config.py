@@ -80,6 +80,10 @@ class EnvSettings:
     """Keyword arguments of the env's constructor."""
     fault_injection: FaultInjection = field(default_factory=FaultInjection)
     """Deliberate faults for fault-tolerance tests."""
+    normalize_actions: bool | None = None
+    """RLlib's action unsquashing/clipping connector (it matters for Box action spaces only).
+    null: off for memrl's own envs, whose actions are discrete (on, it deep-copies every action
+    batch for nothing: ~10% of sampling time), RLlib's default (on) for any other env."""
 
 
 @dataclass(frozen=True)
@@ -92,8 +96,11 @@ class ResourceSettings:
     num_envs_per_env_runner: int = 64
     """Envs each runner steps together (vectorized): the main lever of sampling speed (64 keeps
     ~2x more of the raw env speed than 8; see docs/clusters.md, `memrl bench scaling`)."""
-    env_vectorize_mode: Literal["sync", "async"] = "sync"
-    """sync: a runner's envs step in its process; async: one subprocess per env (heavy envs)."""
+    env_vectorize_mode: Literal["auto", "vector", "sync", "async"] = "auto"
+    """vector: the env's native vectorized version (array ops over all envs; see
+    memrl.envs.VECTOR_ENTRY_POINTS); sync: a runner's envs step one by one in its process; async:
+    one subprocess per env (heavy envs); auto: vector where the env has one (and no fault
+    injection is set), else sync."""
     num_cpus_per_env_runner: float = 1.0
     """CPUs each env runner reserves."""
     num_gpus_per_env_runner: float = 0.0
@@ -347,10 +354,17 @@ def check_resources(exp: ExperimentConfig, cpus: float, gpus: float, *, where: s
 
 
 def env_creator(env_id: str, fault: FaultInjection, env_context: Any) -> Any:
-    """Builds one env inside an env runner (registered with RLlib under ``memrl:<id>``)."""
-    from memrl.envs import make_env
+    """Builds one env inside an env runner (registered with RLlib under ``memrl:<id>``).
+
+    RLlib calls it with ``num_envs`` in the context for the native vectorized version (the
+    ``vector_entry_point`` vectorize mode) and without it for one single env.
+    """
+    from memrl.envs import make_env, make_vector_env
 
     config = dict(env_context)
+    num_envs = config.pop("num_envs", None)
+    if num_envs is not None:
+        return make_vector_env(env_id, num_envs, config)
     env = make_env(env_id, config)
     worker_index = getattr(env_context, "worker_index", 0)
     if fault.step_error_probability > 0 and worker_index in fault.env_runner_indices:
@@ -370,10 +384,34 @@ def rllib_env_name(exp: ExperimentConfig) -> str:
     return name
 
 
+def gym_vectorize_mode(exp: ExperimentConfig) -> str:
+    """gymnasium's vectorize mode for the experiment's env runners (see env_vectorize_mode)."""
+    from memrl.envs import has_vector_env
+
+    mode = exp.resources.env_vectorize_mode
+    native = has_vector_env(exp.env.id)
+    if mode == "vector":
+        if not native:
+            raise ValueError(
+                f"resources.env_vectorize_mode is 'vector' but {exp.env.id} has no native "
+                "vectorized version; use 'auto' or 'sync'."
+            )
+        if exp.env.fault_injection.step_error_probability > 0:
+            raise ValueError(
+                "env.fault_injection wraps single envs: it needs resources.env_vectorize_mode "
+                "'sync' or 'auto', not 'vector'."
+            )
+    if mode == "auto":
+        use_native = native and exp.env.fault_injection.step_error_probability == 0
+        mode = "vector" if use_native else "sync"
+    return "vector_entry_point" if mode == "vector" else mode
+
+
 def validate_env(exp: ExperimentConfig) -> None:
     """Builds the env once in this process, so a bad env id or config fails before Ray starts."""
     from memrl.envs import make_env
 
+    gym_vectorize_mode(exp)
     env = make_env(exp.env.id, exp.env.config)
     env.close()
 
@@ -388,6 +426,12 @@ def build_algorithm_config(exp: ExperimentConfig) -> AlgorithmConfig:
     algo.callbacks(InnerEpisodeMetrics)
     r, ft = exp.resources, exp.fault_tolerance
     algo.environment(env=rllib_env_name(exp), env_config=dict(exp.env.config))
+    normalize = exp.env.normalize_actions
+    if normalize is None:
+        from memrl.envs import ENV_ENTRY_POINTS
+
+        normalize = exp.env.id not in ENV_ENTRY_POINTS
+    algo.environment(normalize_actions=normalize, clip_actions=False)
     algo.env_runners(
         num_env_runners=r.num_env_runners,
         num_envs_per_env_runner=r.num_envs_per_env_runner,
@@ -396,7 +440,7 @@ def build_algorithm_config(exp: ExperimentConfig) -> AlgorithmConfig:
         custom_resources_per_env_runner=dict(r.custom_resources_per_env_runner),
         rollout_fragment_length=r.rollout_fragment_length,
         sample_timeout_s=r.sample_timeout_s,
-        gym_env_vectorize_mode=r.env_vectorize_mode,
+        gym_env_vectorize_mode=gym_vectorize_mode(exp),
     )
     algo.learners(
         num_learners=r.num_learners,

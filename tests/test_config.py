@@ -120,3 +120,85 @@ def test_algorithm_config_carries_the_settings():
     assert algo.max_num_env_runner_restarts == 7 and algo.seed == 42
     assert algo.env == "memrl:memrl/DarkKeyToDoor-v0" and algo.env_config == {"size": 5}
     assert algo.model_config["use_lstm"] and algo.model_config["lstm_cell_size"] == 16
+
+
+@pytest.mark.parametrize(
+    "env, resources, fault, mode",
+    [
+        ({}, {}, {}, "vector_entry_point"),  # auto + a native vector env
+        ({"id": "memrl/MemoryCorridor-v0"}, {}, {}, "sync"),  # auto, no native vector env
+        ({}, {"env_vectorize_mode": "sync"}, {}, "sync"),
+        ({}, {"env_vectorize_mode": "async"}, {}, "async"),
+        ({}, {}, {"step_error_probability": 0.1}, "sync"),  # faults wrap single envs
+    ],
+)
+def test_vectorize_mode(env, resources, fault, mode):
+    exp = parse_config(
+        {"env": {**env, "fault_injection": fault}, "resources": resources, "model": {"type": "mlp"}}
+    )
+    assert build_algorithm_config(exp).gym_env_vectorize_mode == mode
+
+
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        (
+            {
+                "env": {"id": "memrl/MemoryCorridor-v0"},
+                "resources": {"env_vectorize_mode": "vector"},
+            },
+            "has no native vectorized version",
+        ),
+        (
+            {
+                "env": {"fault_injection": {"step_error_probability": 0.1}},
+                "resources": {"env_vectorize_mode": "vector"},
+            },
+            "fault_injection wraps single envs",
+        ),
+    ],
+)
+def test_vector_mode_errors_before_ray(data, message):
+    from memrl.config import validate_env
+
+    with pytest.raises(ValueError, match=message):
+        validate_env(parse_config(data))
+
+
+def test_env_creator_builds_the_native_vector_env():
+    """What RLlib's env runner calls in vector_entry_point mode: num_envs in the context."""
+    from memrl.config import FaultInjection, env_creator
+    from memrl.envs.key_door import DarkKeyToDoorVectorEnv
+
+    vec = env_creator("memrl/DarkKeyToDoor-v0", FaultInjection(), {"size": 4, "num_envs": 3})
+    assert isinstance(vec, DarkKeyToDoorVectorEnv) and vec.num_envs == 3 and vec.size == 4
+    with pytest.raises(ValueError, match="does not fit memrl/DarkKeyToDoor-v0"):
+        env_creator("memrl/DarkKeyToDoor-v0", FaultInjection(), {"sizes": 4, "num_envs": 3})
+
+
+@pytest.mark.parametrize(
+    "env, expected",
+    [
+        ({}, False),  # memrl's envs have discrete actions: nothing to unsquash
+        ({"id": "CartPole-v1"}, True),  # other envs: RLlib's default
+        ({"normalize_actions": True}, True),
+    ],
+)
+def test_normalize_actions(env, expected):
+    exp = parse_config({"env": env, "model": {"type": "mlp"}})
+    algo = build_algorithm_config(exp)
+    assert algo.normalize_actions is expected and algo.clip_actions is False
+
+
+@pytest.mark.parametrize(
+    "env_id", ["memrl/DarkKeyToDoor-v0", "memrl/MemoryCorridor-v0", "memrl/ObjNav-v0"]
+)
+def test_embodied_envs_have_discrete_actions(env_id):
+    """The premise of normalize_actions' default for memrl's envs."""
+    import gymnasium as gym
+
+    from memrl.envs import make_env
+
+    env = make_env(env_id)
+    assert isinstance(env.action_space, gym.spaces.Discrete)
+    env.close()

@@ -21,9 +21,27 @@ ENV_ENTRY_POINTS: dict[str, str] = {
     "memrl/WebShop-v0": "memrl.envs.webshop:WebShopEnv",
 }
 
+# env id -> "module:Class" of a native vectorized version: ``Class(num_envs, **env_config)`` is a
+# gymnasium VectorEnv with NEXT_STEP autoreset that steps all its envs with array operations and
+# gives the same trajectories as ``num_envs`` single envs (seeds seed + i). RLlib's env runners use
+# it when ``resources.env_vectorize_mode`` is "auto" (the default) or "vector".
+VECTOR_ENTRY_POINTS: dict[str, str] = {
+    "memrl/DarkKeyToDoor-v0": "memrl.envs.key_door:DarkKeyToDoorVectorEnv",
+}
+
 for _env_id, _entry_point in ENV_ENTRY_POINTS.items():
     if _env_id not in gym.registry:
-        gym.register(id=_env_id, entry_point=_entry_point, disable_env_checker=True)
+        gym.register(
+            id=_env_id,
+            entry_point=_entry_point,
+            vector_entry_point=VECTOR_ENTRY_POINTS.get(_env_id),
+            disable_env_checker=True,
+        )
+
+
+def has_vector_env(env_id: str) -> bool:
+    """Whether memrl ships a native vectorized version of this env."""
+    return env_id in VECTOR_ENTRY_POINTS
 
 
 def make_env(env_id: str, env_config: dict[str, Any] | None = None) -> gym.Env:
@@ -42,9 +60,35 @@ def make_env(env_id: str, env_config: dict[str, Any] | None = None) -> gym.Env:
     try:
         return gym.make(env_id, **(env_config or {}))
     except TypeError as err:
-        if "unexpected keyword argument" in str(err) or "positional argument" in str(err):
-            raise ValueError(
-                f"env.config does not fit {env_id}: {err}. Check the keys under env.config "
-                "against the env's constructor arguments."
-            ) from err
-        raise
+        raise _config_error(env_id, err) from err
+
+
+def make_vector_env(
+    env_id: str, num_envs: int, env_config: dict[str, Any] | None = None
+) -> gym.vector.VectorEnv:
+    """Builds the native vectorized version of an env (see ``VECTOR_ENTRY_POINTS``).
+
+    Raises:
+        ValueError: the env has no native vectorized version, or bad keyword arguments.
+    """
+    if env_id not in VECTOR_ENTRY_POINTS:
+        raise ValueError(
+            f"{env_id!r} has no native vectorized version (those that do: "
+            f"{sorted(VECTOR_ENTRY_POINTS)}). Use resources.env_vectorize_mode 'sync' or 'auto'."
+        )
+    from gymnasium.envs.registration import load_env_creator
+
+    cls = load_env_creator(VECTOR_ENTRY_POINTS[env_id])
+    try:
+        return cls(num_envs=num_envs, **(env_config or {}))
+    except TypeError as err:
+        raise _config_error(env_id, err) from err
+
+
+def _config_error(env_id: str, err: TypeError) -> Exception:
+    if "unexpected keyword argument" in str(err) or "positional argument" in str(err):
+        return ValueError(
+            f"env.config does not fit {env_id}: {err}. Check the keys under env.config "
+            "against the env's constructor arguments."
+        )
+    return err

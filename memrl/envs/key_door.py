@@ -183,3 +183,180 @@ class DarkKeyToDoorEnv(gym.Env):
 
     def _info(self) -> dict[str, Any]:
         return {"inner_episode": self._inner, "inner_episode_step": self._t}
+
+
+class DarkKeyToDoorVectorEnv(gym.vector.VectorEnv):
+    """``num_envs`` Dark-Key-To-Door envs stepped together with numpy: no Python loop over envs.
+
+    The same dynamics, observations and rewards as ``num_envs`` copies of :class:`DarkKeyToDoorEnv`
+    in gymnasium's ``SyncVectorEnv``, and the same trajectories for the same seeds (env ``i`` is
+    seeded with ``seed + i`` and draws its layouts from its own generator, exactly as the single
+    env does). Autoreset follows gymnasium's NEXT_STEP mode, which RLlib's env runner expects: the
+    step after a trial ends resets that env and returns its first observation (reward 0; the
+    action is ignored).
+
+    Infos are gymnasium's vector dicts of arrays with ``_key`` masks. Unlike the single env, which
+    reports ``inner_episode`` and ``inner_episode_step`` at every step, the vector env reports keys
+    only for the envs whose inner episode ends at that step (``inner_episode``,
+    ``inner_episode_step``, ``inner_episode_done``, ``inner_episode_return``,
+    ``inner_episode_success``): per-step info is the main cost of vectorized stepping in RLlib.
+    """
+
+    metadata = {
+        "render_modes": [],
+        "autoreset_mode": gym.vector.AutoresetMode.NEXT_STEP,
+    }
+
+    def __init__(
+        self,
+        num_envs: int,
+        size: int = 9,
+        episode_len: int = 50,
+        trial_len: int = 500,
+        dark: bool = True,
+        in_context_inputs: bool = True,
+    ) -> None:
+        if not isinstance(num_envs, int) or isinstance(num_envs, bool) or num_envs < 1:
+            raise ValueError(f"num_envs must be an int >= 1, got {num_envs!r}")
+        # The single env validates the arguments and defines the spaces.
+        proto = DarkKeyToDoorEnv(size, episode_len, trial_len, dark, in_context_inputs)
+        self.num_envs = num_envs
+        self.size, self.episode_len, self.trial_len = size, episode_len, trial_len
+        self.dark, self.in_context_inputs = proto.dark, proto.in_context_inputs
+        self.single_observation_space = proto.observation_space
+        self.single_action_space = proto.action_space
+        self.observation_space = gym.vector.utils.batch_space(proto.observation_space, num_envs)
+        self.action_space = gym.spaces.MultiDiscrete(np.full(num_envs, NUM_ACTIONS))
+        self._obs_dim = proto.observation_space.shape[0]
+        self._base = 4 + (0 if self.dark else 4)
+        self._rngs: list[np.random.Generator | None] = [None] * num_envs
+        n = num_envs
+        self._start = np.zeros((n, 2), np.int64)
+        self._key = np.zeros((n, 2), np.int64)
+        self._door = np.zeros((n, 2), np.int64)
+        self._pos = np.zeros((n, 2), np.int64)
+        self._has_key = np.zeros(n, bool)
+        self._t = np.zeros(n, np.int64)
+        self._trial_t = np.zeros(n, np.int64)
+        self._inner = np.zeros(n, np.int64)
+        self._inner_return = np.zeros(n, np.float64)
+        self._needs_reset = np.zeros(n, bool)
+        self._started = False
+
+    def reset(
+        self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        """Starts a new trial in every env; ``seed`` is an int (env i gets seed + i) or a list."""
+        from gymnasium.utils import seeding
+
+        if seed is None:
+            seeds: list[int | None] = [None] * self.num_envs
+        elif isinstance(seed, int):
+            seeds = [seed + i for i in range(self.num_envs)]
+        else:
+            seeds = list(seed)
+            if len(seeds) != self.num_envs:
+                raise ValueError(
+                    f"reset(seed=...) got {len(seeds)} seeds for {self.num_envs} envs; pass one "
+                    "int (env i gets seed + i) or one seed per env"
+                )
+        for i, s in enumerate(seeds):
+            if s is not None or self._rngs[i] is None:
+                self._rngs[i] = seeding.np_random(s)[0]
+        every = np.arange(self.num_envs)
+        self._new_trials(every)
+        self._needs_reset[:] = False
+        self._started = True
+        obs = self._observe(every, prev_action=None, prev_reward=np.zeros(self.num_envs))
+        return obs, {}
+
+    def step(
+        self, actions: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        if not self._started:
+            raise RuntimeError("DarkKeyToDoorVectorEnv.step() called before reset()")
+        actions = np.asarray(actions)
+        if actions.shape != (self.num_envs,):
+            raise ValueError(
+                f"actions must have shape ({self.num_envs},), one per env; got {actions.shape}"
+            )
+        if actions.dtype.kind not in "iu" or actions.min() < 0 or actions.max() >= NUM_ACTIONS:
+            raise ValueError(
+                f"actions must be ints in [0, {NUM_ACTIONS}), got {actions.dtype} values "
+                f"{actions.min()}..{actions.max()}"
+            )
+        actions = actions.astype(np.int64)
+        n = self.num_envs
+        restart = self._needs_reset.copy()
+        live = ~restart
+        pos = np.clip(self._pos + _MOVES[actions], 0, self.size - 1)
+        self._pos = np.where(live[:, None], pos, self._pos)
+        self._t += live
+        self._trial_t += live
+        at_key = (self._pos == self._key).all(axis=1)
+        at_door = (self._pos == self._door).all(axis=1)
+        got_key = live & ~self._has_key & at_key
+        success = live & self._has_key & at_door
+        self._has_key |= got_key
+        reward = (got_key | success).astype(np.float64)
+        self._inner_return += reward
+        trial_over = live & (self._trial_t >= self.trial_len)
+        inner_done = live & (success | (self._t >= self.episode_len) | trial_over)
+
+        infos: dict[str, Any] = {}
+        if inner_done.any():
+            mask = inner_done
+            for key, value in (
+                ("inner_episode", self._inner.copy()),
+                ("inner_episode_step", self._t.copy()),
+                ("inner_episode_done", inner_done.copy()),
+                ("inner_episode_return", self._inner_return.copy()),
+                ("inner_episode_success", success.copy()),
+            ):
+                infos[key] = value
+                infos["_" + key] = mask
+            soft = np.flatnonzero(inner_done & ~trial_over)
+            self._inner[soft] += 1
+            self._soft_reset(soft)
+        prev_action = np.where(live, actions, -1)
+        if restart.any():
+            self._new_trials(np.flatnonzero(restart))
+        self._needs_reset = trial_over
+        obs = self._observe(np.arange(n), prev_action=prev_action, prev_reward=reward)
+        # A trial ends on time only: truncated, never terminated (as in the single env).
+        return obs, reward, np.zeros(n, bool), trial_over.copy(), infos
+
+    def _new_trials(self, envs: np.ndarray) -> None:
+        for i in envs:
+            cells = self._rngs[i].integers(0, self.size, size=(3, 2))
+            self._start[i], self._key[i], self._door[i] = cells[0], cells[1], cells[2]
+        self._trial_t[envs] = 0
+        self._inner[envs] = 0
+        self._soft_reset(envs)
+
+    def _soft_reset(self, envs: np.ndarray) -> None:
+        self._pos[envs] = self._start[envs]
+        self._has_key[envs] = False
+        self._t[envs] = 0
+        self._inner_return[envs] = 0.0
+
+    def _observe(
+        self, envs: np.ndarray, prev_action: np.ndarray | None, prev_reward: np.ndarray
+    ) -> np.ndarray:
+        """A fresh (num_envs, obs_dim) array: RLlib keeps each row, so buffers are not reused."""
+        s = self.size
+        obs = np.zeros((self.num_envs, self._obs_dim), np.float32)
+        obs[:, 0:2] = self._pos / s
+        obs[:, 2] = self._has_key
+        obs[:, 3] = self._t / self.episode_len
+        if not self.dark:
+            obs[:, 4:6] = self._key / s
+            obs[:, 6:8] = self._door / s
+        if self.in_context_inputs:
+            base = self._base
+            if prev_action is not None:
+                acted = np.flatnonzero(prev_action >= 0)
+                obs[acted, base + prev_action[acted]] = 1.0
+            obs[:, base + NUM_ACTIONS] = prev_reward
+            obs[:, base + NUM_ACTIONS + 1] = self._t == 0
+        return obs
