@@ -2,9 +2,11 @@
 
 Envs that run several inner episodes in one trial (Dark-Key-To-Door, the memory corridor,
 ObjNav-lite) report ``inner_episode_done`` / ``inner_episode_return`` / ``inner_episode_success``
-in ``info``. These callbacks collect them over the whole trial (episode chunks carry ``custom_data``
-across ``sample()`` calls) and log, at the trial's end, the return of inner episode k for the first
-``MAX_INDEXED`` indices: an agent that remembers gets better after its first inner episode.
+in ``info``. At the trial's end these callbacks read them from the infos of the whole trial (the
+final chunk and the earlier chunks RLlib passes as ``prev_episode_chunks``) and log the return of
+inner episode k for the first ``MAX_INDEXED`` indices: an agent that remembers gets better after
+its first inner episode. There is deliberately no per-step hook: RLlib calls ``on_episode_step``
+for every env at every step, and the sampling loop is the hot path.
 """
 
 from __future__ import annotations
@@ -20,16 +22,26 @@ MAX_INDEXED = 10
 class InnerEpisodeMetrics(RLlibCallback):
     """Logs ``inner_return_<k>``, ``inner_success_rate`` and ``inner_episodes`` per trial."""
 
-    def on_episode_step(self, *, episode: Any, **kwargs: Any) -> None:
-        info = episode.get_infos(-1)
-        if isinstance(info, dict) and info.get("inner_episode_done"):
-            data = episode.custom_data
-            data.setdefault("inner_returns", []).append(float(info.get("inner_episode_return", 0)))
-            data.setdefault("inner_success", []).append(bool(info.get("inner_episode_success")))
-
-    def on_episode_end(self, *, episode: Any, metrics_logger: Any = None, **kwargs: Any) -> None:
-        returns = episode.custom_data.get("inner_returns")
-        if not returns or metrics_logger is None:
+    def on_episode_end(
+        self,
+        *,
+        episode: Any,
+        metrics_logger: Any = None,
+        prev_episode_chunks: list[Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if metrics_logger is None:
+            return
+        returns: list[float] = []
+        success: list[bool] = []
+        for chunk in [*(prev_episode_chunks or []), episode]:
+            # Index 0 is the info of the chunk's first observation: the reset's, or the last
+            # step of the previous chunk (a continuation chunk starts where that one ended).
+            for info in chunk.get_infos()[1:]:
+                if info and isinstance(info, dict) and info.get("inner_episode_done"):
+                    returns.append(float(info.get("inner_episode_return", 0.0)))
+                    success.append(bool(info.get("inner_episode_success")))
+        if not returns:
             return
         for k, ret in enumerate(returns[:MAX_INDEXED]):
             metrics_logger.log_value(f"inner_return_{k}", ret, reduce="mean", window=100)
@@ -38,7 +50,6 @@ class InnerEpisodeMetrics(RLlibCallback):
             metrics_logger.log_value(
                 "inner_return_later", sum(later) / len(later), reduce="mean", window=100
             )
-        success = episode.custom_data["inner_success"]
         metrics_logger.log_value(
             "inner_success_rate", sum(success) / len(success), reduce="mean", window=100
         )

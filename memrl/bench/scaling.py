@@ -2,8 +2,11 @@
 
 On Dark-Key-To-Door with RLlib's MLP policy (PPO, new API stack), for 0, 1 and 2 env runners
 (with the learner in the driver) and for 1 and 2 remote learners (DDP on CPU, the same total
-batch), each at ``--envs-per-runner`` vectorized envs (and at the old default of 8 for comparison).
-The ceiling is the raw speed of one env stepped in a plain loop in one process, random actions.
+batch), each at ``--envs-per-runner`` envs per runner stepped by the env's native vectorized
+version (the default, ``env_vectorize_mode: auto``), plus comparison rows: gymnasium's
+SyncVectorEnv of single envs at 8 (the old default) and at ``--envs-per-runner`` envs, and more
+envs per runner (``--more-envs``). The ceiling is the raw speed of one env stepped in a plain loop
+in one process, random actions; the native vectorized env alone is reported too.
 
 Columns: ``pipeline_steps_per_s`` (env steps per wall second of whole ``train()`` iterations:
 sampling + learning + weight sync), ``sampling_steps_per_s`` (a sampling-only round of one train
@@ -45,7 +48,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--baseline-envs",
         type=int,
         default=8,
-        help="also measure the env-runner rows at this many envs (the old default; 0: skip)",
+        help="also measure 0 runners with sync stepping at this many envs (old default; 0: skip)",
+    )
+    parser.add_argument(
+        "--more-envs",
+        type=int,
+        default=256,
+        help="also measure 0 and 1 runners at this many envs per runner (0: skip)",
     )
     parser.add_argument("--train-batch", type=int, default=4000, help="env steps per iteration")
     parser.add_argument("--minibatch", type=int, default=1000, help="SGD minibatch size")
@@ -80,7 +89,29 @@ def raw_env_speed(steps: int, seed: int = 0) -> tuple[float, float]:
     return steps / elapsed, steps / max(cpu, 1e-9)
 
 
-def experiment(runners: int, learners: int, envs: int, args: argparse.Namespace) -> dict[str, Any]:
+def raw_vector_env_speed(num_envs: int, steps: int, seed: int = 0) -> tuple[float, float]:
+    """Env steps per wall and per CPU second of the native vectorized env alone (random actions)."""
+    import numpy as np
+
+    from memrl.envs import make_vector_env
+
+    env = make_vector_env(ENV_ID, num_envs, dict(ENV_CONFIG))
+    env.reset(seed=seed)
+    rng = np.random.default_rng(seed)
+    rounds = max(1, steps // num_envs)
+    actions = rng.integers(0, 5, size=(rounds, num_envs))
+    start, cpu = time.perf_counter(), time.process_time()
+    for a in actions:
+        env.step(a)
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
+    env.close()
+    done = rounds * num_envs
+    return done / elapsed, done / max(cpu, 1e-9)
+
+
+def experiment(
+    runners: int, learners: int, envs: int, args: argparse.Namespace, mode: str = "auto"
+) -> dict[str, Any]:
     """The experiment config of one setting (the total train batch is the same for any learners)."""
     per_learner = args.train_batch // max(1, learners)
     return {
@@ -97,6 +128,7 @@ def experiment(runners: int, learners: int, envs: int, args: argparse.Namespace)
             "num_env_runners": runners,
             "num_envs_per_env_runner": envs,
             "num_learners": learners,
+            "env_vectorize_mode": mode,
         },
     }
 
@@ -172,19 +204,24 @@ def measure(config: dict[str, Any], iters: int, logdir: Path) -> dict[str, float
         algo.stop()
 
 
-def settings(args: argparse.Namespace) -> list[tuple[int, int, int]]:
-    """(env runners, learners, envs per runner) of every measured setting."""
+def settings(args: argparse.Namespace) -> list[tuple[int, int, int, str]]:
+    """(env runners, learners, envs per runner, vectorize mode) of every measured setting."""
     runners = [int(x) for x in args.runners.split(",") if x.strip()]
     learners = [int(x) for x in args.learners.split(",") if x.strip()]
     if any(n < 0 for n in runners + learners):
         raise ValueError(
             f"--runners/--learners must be >= 0, got {args.runners!r}/{args.learners!r}"
         )
-    envs = [args.envs_per_runner]
-    if args.baseline_envs and args.baseline_envs != args.envs_per_runner and not args.quick:
-        envs.insert(0, args.baseline_envs)
-    out = [(r, 0, e) for e in envs for r in runners]
-    out += [(0, n, args.envs_per_runner) for n in learners if n > 0]
+    envs = args.envs_per_runner
+    out: list[tuple[int, int, int, str]] = []
+    if not args.quick:
+        if args.baseline_envs:
+            out.append((0, 0, args.baseline_envs, "sync"))
+        out.append((0, 0, envs, "sync"))
+    out += [(r, 0, envs, "vector") for r in runners]
+    if args.more_envs and args.more_envs != envs and not args.quick:
+        out += [(r, 0, args.more_envs, "vector") for r in runners if r <= 1]
+    out += [(0, n, envs, "vector") for n in learners if n > 0]
     return out
 
 
@@ -203,12 +240,13 @@ def run(args: argparse.Namespace) -> int:
     # and each setting's fractions are taken against the mean of those two (the same load).
     raws = [raw_env_speed(args.raw_steps)]
     rows: list[dict[str, Any]] = []
-    need = max((1 + r + n for r, n, _ in todo), default=1)
+    need = max((1 + r + n for r, n, _, _ in todo), default=1)
     cores = os.cpu_count() or 1
     with ray_session(None, num_cpus=max(need, cores)), tempfile.TemporaryDirectory() as tmp:
-        for runners, learners, envs in todo:
-            label = f"{runners} runners, {learners} learners, {envs} envs"
-            figures = measure(experiment(runners, learners, envs, args), args.iters, Path(tmp))
+        for runners, learners, envs, mode in todo:
+            label = f"{runners} runners, {learners} learners, {envs} envs, {mode}"
+            config = experiment(runners, learners, envs, args, mode)
+            figures = measure(config, args.iters, Path(tmp))
             raws.append(raw_env_speed(args.raw_steps))
             raw_wall = (raws[-2][0] + raws[-1][0]) / 2
             rows.append(
@@ -217,6 +255,7 @@ def run(args: argparse.Namespace) -> int:
                     "env_runners": runners,
                     "learners": learners,
                     "envs_per_runner": envs,
+                    "vectorize": mode,
                     **figures,
                     "raw_steps_per_s": raw_wall,
                     "pipeline_frac_of_raw": figures["pipeline_steps_per_s"] / raw_wall,
@@ -230,26 +269,35 @@ def run(args: argparse.Namespace) -> int:
         row["sampling_cpu_frac_of_raw"] = row["sampling_steps_per_cpu_s"] / raw_cpu
         row["cpu_cores"] = cores
     raw_wall = statistics.median(r[0] for r in raws)
-    rows.insert(
-        0,
-        {
-            "setting": "raw env",
-            "env_runners": 0,
-            "learners": 0,
-            "envs_per_runner": 1,
-            "pipeline_steps_per_s": raw_wall,
-            "pipeline_steps_per_cpu_s": raw_cpu,
-            "sampling_steps_per_s": raw_wall,
-            "sampling_steps_per_cpu_s": raw_cpu,
-            "learner_steps_per_s": float("nan"),
-            "raw_steps_per_s": raw_wall,
-            "pipeline_frac_of_raw": 1.0,
-            "sampling_frac_of_raw": 1.0,
-            "pipeline_cpu_frac_of_raw": 1.0,
-            "sampling_cpu_frac_of_raw": 1.0,
-            "cpu_cores": cores,
-        },
-    )
+    vec_envs = max(args.envs_per_runner, args.more_envs or 0)
+    vec_wall, vec_cpu = raw_vector_env_speed(vec_envs, max(args.raw_steps, 20 * vec_envs))
+    for i, (label, envs, mode, wall, cpu) in enumerate(
+        [
+            ("raw env", 1, "none", raw_wall, raw_cpu),
+            (f"raw vector env, {vec_envs} envs", vec_envs, "vector", vec_wall, vec_cpu),
+        ]
+    ):
+        rows.insert(
+            i,
+            {
+                "setting": label,
+                "env_runners": 0,
+                "learners": 0,
+                "envs_per_runner": envs,
+                "vectorize": mode,
+                "pipeline_steps_per_s": wall,
+                "pipeline_steps_per_cpu_s": cpu,
+                "sampling_steps_per_s": wall,
+                "sampling_steps_per_cpu_s": cpu,
+                "learner_steps_per_s": float("nan"),
+                "raw_steps_per_s": raw_wall,
+                "pipeline_frac_of_raw": wall / raw_wall,
+                "sampling_frac_of_raw": wall / raw_wall,
+                "pipeline_cpu_frac_of_raw": cpu / raw_cpu,
+                "sampling_cpu_frac_of_raw": cpu / raw_cpu,
+                "cpu_cores": cores,
+            },
+        )
     write_report(
         NAME,
         rows,

@@ -18,21 +18,22 @@ def _args(*argv: str) -> argparse.Namespace:
     return parser.parse_args(list(argv))
 
 
-def test_default_settings_cover_runners_learners_and_the_old_default():
+def test_default_settings_cover_runners_learners_and_the_old_defaults():
     assert scaling.settings(_args()) == [
-        (0, 0, 8),
-        (1, 0, 8),
-        (2, 0, 8),
-        (0, 0, 64),
-        (1, 0, 64),
-        (2, 0, 64),
-        (0, 1, 64),
-        (0, 2, 64),
+        (0, 0, 8, "sync"),
+        (0, 0, 64, "sync"),
+        (0, 0, 64, "vector"),
+        (1, 0, 64, "vector"),
+        (2, 0, 64, "vector"),
+        (0, 0, 256, "vector"),
+        (1, 0, 256, "vector"),
+        (0, 1, 64, "vector"),
+        (0, 2, 64, "vector"),
     ]
     assert scaling.settings(_args("--quick", "--learners", "")) == [
-        (0, 0, 64),
-        (1, 0, 64),
-        (2, 0, 64),
+        (0, 0, 64, "vector"),
+        (1, 0, 64, "vector"),
+        (2, 0, 64, "vector"),
     ]
     with pytest.raises(ValueError, match="must be >= 0"):
         scaling.settings(_args("--runners", "-1"))
@@ -40,10 +41,11 @@ def test_default_settings_cover_runners_learners_and_the_old_default():
 
 def test_every_setting_is_a_valid_experiment_with_the_same_total_batch():
     args = _args()
-    for runners, learners, envs in scaling.settings(args):
-        exp = parse_config(scaling.experiment(runners, learners, envs, args))
+    for runners, learners, envs, mode in scaling.settings(args):
+        exp = parse_config(scaling.experiment(runners, learners, envs, args, mode))
         assert exp.resources.num_env_runners == runners and exp.resources.num_learners == learners
         assert exp.resources.num_envs_per_env_runner == envs
+        assert exp.resources.env_vectorize_mode == mode
         assert exp.algorithm.train_batch_size * max(1, learners) == args.train_batch
 
 
@@ -51,3 +53,5 @@ def test_raw_env_speed_is_a_positive_rate():
     per_wall_s, per_cpu_s = scaling.raw_env_speed(2000)
     assert math.isfinite(per_wall_s) and per_wall_s > 0 and math.isfinite(per_cpu_s)
     assert per_cpu_s >= per_wall_s * 0.5  # a CPU second is never much longer than a wall second
+    per_wall_s, per_cpu_s = scaling.raw_vector_env_speed(16, 2000)
+    assert math.isfinite(per_wall_s) and per_wall_s > 0 and math.isfinite(per_cpu_s)
