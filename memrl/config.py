@@ -93,9 +93,10 @@ class ResourceSettings:
     num_env_runners: int = 0
     """Remote env runner actors (0: sample in the driver process, the fastest on one small
     machine; on a cluster, one or more per env-runner node)."""
-    num_envs_per_env_runner: int = 64
-    """Envs each runner steps together (vectorized): the main lever of sampling speed (64 keeps
-    ~2x more of the raw env speed than 8; see docs/clusters.md, `memrl bench scaling`)."""
+    num_envs_per_env_runner: int = 256
+    """Envs each runner steps together: with a native vectorized env, the main lever of sampling
+    speed (256 keeps ~2x more of the raw env speed than 64, 10x more than RLlib's 8; `memrl bench
+    scaling`, docs/clusters.md). Heavy envs (browsers, Habitat, LLM text envs) set their own."""
     env_vectorize_mode: Literal["auto", "vector", "sync", "async"] = "auto"
     """vector: the env's native vectorized version (array ops over all envs; see
     memrl.envs.VECTOR_ENTRY_POINTS); sync: a runner's envs step one by one in its process; async:

@@ -3,10 +3,12 @@
 On Dark-Key-To-Door with RLlib's MLP policy (PPO, new API stack), for 0, 1 and 2 env runners
 (with the learner in the driver) and for 1 and 2 remote learners (DDP on CPU, the same total
 batch), each at ``--envs-per-runner`` envs per runner stepped by the env's native vectorized
-version (the default, ``env_vectorize_mode: auto``), plus comparison rows: gymnasium's
-SyncVectorEnv of single envs at 8 (the old default) and at ``--envs-per-runner`` envs, and more
-envs per runner (``--more-envs``). The ceiling is the raw speed of one env stepped in a plain loop
-in one process, random actions; the native vectorized env alone is reported too.
+version and memrl's lean connectors (the defaults), plus comparison rows: RLlib's defaults
+(gymnasium's SyncVectorEnv of single envs, action normalization, the default connectors) at 8
+envs (RLlib's setting in the issue) and at ``--envs-per-runner`` envs, memrl's defaults with
+SyncVectorEnv stepping, and more envs per runner (``--more-envs``). The ceiling is the raw speed
+of one env stepped in a plain loop in one process, random actions; the native vectorized env
+alone is reported too.
 
 Columns: ``pipeline_steps_per_s`` (env steps per wall second of whole ``train()`` iterations:
 sampling + learning + weight sync), ``sampling_steps_per_s`` (a sampling-only round of one train
@@ -42,18 +44,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runners", default="0,1,2", help="env runner counts (learner in driver)")
     parser.add_argument("--learners", default="1,2", help="remote learner counts (0 env runners)")
     parser.add_argument(
-        "--envs-per-runner", type=int, default=64, help="vectorized envs per env runner"
+        "--envs-per-runner", type=int, default=256, help="vectorized envs per env runner"
     )
     parser.add_argument(
         "--baseline-envs",
         type=int,
         default=8,
-        help="also measure 0 runners with sync stepping at this many envs (old default; 0: skip)",
+        help="also measure RLlib's defaults at this many envs (0 runners; 0: skip)",
     )
     parser.add_argument(
         "--more-envs",
         type=int,
-        default=256,
+        default=64,
         help="also measure 0 and 1 runners at this many envs per runner (0: skip)",
     )
     parser.add_argument("--train-batch", type=int, default=4000, help="env steps per iteration")
@@ -112,23 +114,31 @@ def raw_vector_env_speed(num_envs: int, steps: int, seed: int = 0) -> tuple[floa
 def experiment(
     runners: int, learners: int, envs: int, args: argparse.Namespace, mode: str = "auto"
 ) -> dict[str, Any]:
-    """The experiment config of one setting (the total train batch is the same for any learners)."""
+    """The experiment config of one setting (the total train batch is the same for any learners).
+
+    ``mode``: an ``env_vectorize_mode``, or "rllib" for RLlib's own defaults (sync stepping,
+    action normalization on, the default module-to-env connectors)."""
     per_learner = args.train_batch // max(1, learners)
+    rllib = mode == "rllib"
     return {
         "name": "scaling",
-        "env": {"id": ENV_ID, "config": dict(ENV_CONFIG)},
+        "env": {
+            "id": ENV_ID,
+            "config": dict(ENV_CONFIG),
+            "normalize_actions": True if rllib else None,
+        },
         "algorithm": {
             "name": "ppo",
             "train_batch_size": per_learner,
             "minibatch_size": min(args.minibatch, per_learner),
             "num_epochs": args.epochs,
         },
-        "model": {"type": "mlp", "hiddens": [64, 64]},
+        "model": {"type": "mlp", "hiddens": [64, 64], "lean_connectors": not rllib},
         "resources": {
             "num_env_runners": runners,
             "num_envs_per_env_runner": envs,
             "num_learners": learners,
-            "env_vectorize_mode": mode,
+            "env_vectorize_mode": "sync" if rllib else mode,
         },
     }
 
@@ -155,8 +165,14 @@ def _cpu_seconds(pids: list[int]) -> float:
     return total
 
 
-def _sample_cost(algo: Any, steps: int) -> tuple[float, float]:
-    """Sampling alone: env steps per wall second and per CPU second of the sampling processes."""
+def _sample_cost(algo: Any, steps: int, rounds: int = 3) -> tuple[float, float]:
+    """Sampling alone: env steps per wall second and per CPU second of the sampling processes,
+    the median of ``rounds`` sampling rounds of ``steps`` each (one round is short and noisy)."""
+    rates = sorted((_sample_round(algo, steps) for _ in range(rounds)), key=lambda r: r[1])
+    return rates[len(rates) // 2]
+
+
+def _sample_round(algo: Any, steps: int) -> tuple[float, float]:
 
     def timed(runner: Any, n: int) -> tuple[int, float, float]:
         start, cpu = time.perf_counter(), time.process_time()
@@ -216,8 +232,8 @@ def settings(args: argparse.Namespace) -> list[tuple[int, int, int, str]]:
     out: list[tuple[int, int, int, str]] = []
     if not args.quick:
         if args.baseline_envs:
-            out.append((0, 0, args.baseline_envs, "sync"))
-        out.append((0, 0, envs, "sync"))
+            out.append((0, 0, args.baseline_envs, "rllib"))
+        out += [(0, 0, envs, "rllib"), (0, 0, envs, "sync")]
     out += [(r, 0, envs, "vector") for r in runners]
     if args.more_envs and args.more_envs != envs and not args.quick:
         out += [(r, 0, args.more_envs, "vector") for r in runners if r <= 1]

@@ -20,20 +20,21 @@ def _args(*argv: str) -> argparse.Namespace:
 
 def test_default_settings_cover_runners_learners_and_the_old_defaults():
     assert scaling.settings(_args()) == [
-        (0, 0, 8, "sync"),
-        (0, 0, 64, "sync"),
-        (0, 0, 64, "vector"),
-        (1, 0, 64, "vector"),
-        (2, 0, 64, "vector"),
+        (0, 0, 8, "rllib"),
+        (0, 0, 256, "rllib"),
+        (0, 0, 256, "sync"),
         (0, 0, 256, "vector"),
         (1, 0, 256, "vector"),
-        (0, 1, 64, "vector"),
-        (0, 2, 64, "vector"),
-    ]
-    assert scaling.settings(_args("--quick", "--learners", "")) == [
+        (2, 0, 256, "vector"),
         (0, 0, 64, "vector"),
         (1, 0, 64, "vector"),
-        (2, 0, 64, "vector"),
+        (0, 1, 256, "vector"),
+        (0, 2, 256, "vector"),
+    ]
+    assert scaling.settings(_args("--quick", "--learners", "")) == [
+        (0, 0, 256, "vector"),
+        (1, 0, 256, "vector"),
+        (2, 0, 256, "vector"),
     ]
     with pytest.raises(ValueError, match="must be >= 0"):
         scaling.settings(_args("--runners", "-1"))
@@ -45,7 +46,10 @@ def test_every_setting_is_a_valid_experiment_with_the_same_total_batch():
         exp = parse_config(scaling.experiment(runners, learners, envs, args, mode))
         assert exp.resources.num_env_runners == runners and exp.resources.num_learners == learners
         assert exp.resources.num_envs_per_env_runner == envs
-        assert exp.resources.env_vectorize_mode == mode
+        rllib = mode == "rllib"
+        assert exp.resources.env_vectorize_mode == ("sync" if rllib else mode)
+        assert exp.model.lean_connectors is not rllib
+        assert exp.env.normalize_actions is (True if rllib else None)
         assert exp.algorithm.train_batch_size * max(1, learners) == args.train_batch
 
 

@@ -1,4 +1,5 @@
-"""Per-inner-episode metrics read at the trial's end from every chunk of the trial."""
+"""The sampling path: inner-episode metrics read at the trial's end from every chunk, and the lean
+module-to-env connectors of the MLP model."""
 
 from __future__ import annotations
 
@@ -48,3 +49,41 @@ def test_inner_episodes_counted_once_across_chunks(mode):
         returns = [stats[f"inner_return_{i}"] for i in range(min(k, 10))]
         if k <= 10:
             assert sum(returns) == pytest.approx(trial_return)
+
+
+def _sampled(lean: bool) -> list:
+    import torch
+
+    exp = parse_config(
+        {
+            "env": {"config": {"size": 4, "episode_len": 6, "trial_len": 30}},
+            "model": {"type": "mlp", "hiddens": [16], "lean_connectors": lean},
+            "resources": {"num_envs_per_env_runner": 5},
+            "run": {"seed": 3},
+        }
+    )
+    config = build_algorithm_config(exp)
+    assert config.add_default_connectors_to_module_to_env_pipeline is not lean
+    runner = SingleAgentEnvRunner(config=config)
+    torch.manual_seed(0)
+    episodes = runner.sample(num_timesteps=200, explore=True)
+    episodes += runner.sample(num_episodes=3, explore=False)
+    runner.stop()
+    return episodes
+
+
+def test_lean_module_to_env_connectors_sample_exactly_what_the_default_ones_do():
+    """Arrays over envs instead of per-env items: the same actions, log-probs and episodes."""
+    lean, default = _sampled(True), _sampled(False)
+    assert len(lean) == len(default) > 0
+    for a, b in zip(lean, default, strict=True):
+        np.testing.assert_array_equal(np.asarray(a.get_observations()), b.get_observations())
+        np.testing.assert_array_equal(np.asarray(a.get_actions()), b.get_actions())
+        np.testing.assert_array_equal(np.asarray(a.get_rewards()), b.get_rewards())
+        for key in ("action_logp", "action_dist_inputs"):
+            np.testing.assert_allclose(
+                np.asarray(a.get_extra_model_outputs(key)),
+                np.asarray(b.get_extra_model_outputs(key)),
+                rtol=0,
+                atol=0,
+            )
