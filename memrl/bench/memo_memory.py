@@ -3,9 +3,11 @@
 For each mode and trial length t, the cache is brought to the state it has after t steps (its
 token counts exactly as stepping would leave them, K/V filled with random values: the cost of a
 step depends on the cache's size, not its contents), then ``step`` is timed over the next steps.
+All envs of a batch hold the same counts (lockstep, as when their trials started together).
 Memo and RMT are timed over one whole segment (l_seg steps, so the segment-end summary pass is
 included in the mean); FCT over ``--fct-steps`` steps (its cost per step does not vary within a
-segment). Default: the paper's model (4 layers, 8 heads, d_model 256, l_seg 256, l_sum 32).
+segment). ``step_ms`` is wall time, ``step_cpu_ms`` the timing thread's CPU time. Default: the
+paper's model (4 layers, 8 heads, d_model 256, l_seg 256, l_sum 32).
 """
 
 from __future__ import annotations
@@ -59,28 +61,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _fill(net: Any, batch: int, t: int, extra: int) -> Any:
-    """A cache in the state it has after t steps (random K/V), with room for ``extra`` more."""
+    """A cache in the state it has after t steps (random K/V), with room for ``extra`` more.
+
+    Every env holds the same counts (lockstep), as when all envs started their trials together.
+    """
     import torch
 
     cfg = net.cfg
     cache = net.init_cache(batch)
+    dev = cache.kv.device
+    shape = (cfg.n_layers, 2, batch, cfg.n_heads)
     if cfg.mode == "fct":
-        cache.kv = torch.randn(
-            cfg.n_layers, 2, batch, cfg.n_heads, t + extra, cfg.head_dim, device=cache.kv.device
-        )
+        room = t + extra if cfg.fct_window is None else cfg.fct_window
+        cache.kv = torch.randn(*shape, room, cfg.head_dim, device=dev)
         cache.t[:] = t
         return cache
     blocks = t // cfg.l_seg
     if cfg.summary_cap is not None:
         blocks = min(blocks, cfg.summary_cap)
     n = blocks * cfg.l_sum
-    room = n + cfg.l_sum * (extra // cfg.l_seg + 1)
+    # Summary tokens after the extra steps (their segment ends) plus a segment and summary slots.
+    most = n + cfg.l_sum * (extra // cfg.l_seg + 2)
     if cfg.summary_cap is not None:
-        room = cfg.summary_cap * cfg.l_sum
-    dev = cache.sum_kv.device
-    cache.sum_kv = torch.randn(cfg.n_layers, 2, batch, cfg.n_heads, room, cfg.head_dim, device=dev)
-    cache.sum_x = torch.randn(batch, room, cfg.d_model, device=dev)
-    cache.seg_kv.normal_()
+        most = cfg.summary_cap * cfg.l_sum
+    # The layout of MemoCache.kv: each row holds [summaries | current segment].
+    cache.kv = torch.randn(*shape, most + cfg.l_seg + cfg.l_sum, cfg.head_dim, device=dev)
+    cache.sum_x = torch.randn(batch, most, cfg.d_model, device=dev)
     cache.n_sum[:] = n
     cache.seg_len[:] = t % cfg.l_seg
     return cache
@@ -115,11 +121,13 @@ def measure(mode: str, t: int, batch: int, args: argparse.Namespace) -> dict[str
     sync = torch.cuda.synchronize if args.device.startswith("cuda") else (lambda: None)
     net.step(x[0], cache)  # warm-up (one step past t; the timed steps follow)
     sync()
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.thread_time()
     for i in range(steps):
         net.step(x[i + 1], cache)
     sync()
     row["step_ms"] = (time.perf_counter() - start) / steps * 1e3
+    # CPU time of this thread: on a shared machine it leaves out the time the process waited.
+    row["step_cpu_ms"] = (time.thread_time() - cpu) / steps * 1e3
     row["timed_steps"] = steps
     return row
 
@@ -157,6 +165,7 @@ def run(args: argparse.Namespace) -> int:
         ref = fct.get((r["t"], r["batch"]))
         r["bytes_vs_fct"] = r["cache_bytes"] / ref["cache_bytes"] if ref else float("nan")
         r["speedup_vs_fct"] = ref["step_ms"] / r["step_ms"] if ref else float("nan")
+        r["cpu_speedup_vs_fct"] = ref["step_cpu_ms"] / r["step_cpu_ms"] if ref else float("nan")
     write_report(
         NAME,
         rows,

@@ -50,6 +50,31 @@ def test_step_path_equals_training_forward(kw):
     assert (ref - got).abs().max().item() <= 1e-4
 
 
+@pytest.mark.parametrize("offsets", [(0, 5, 11), (0, 8, 16)], ids=["apart", "segments-apart"])
+@pytest.mark.parametrize("kw", CASES, ids=lambda kw: "-".join(f"{v}" for v in kw.values()))
+def test_envs_not_in_lockstep_each_match_their_own_training_forward(kw, offsets):
+    """Env b starts its trial at step offsets[b]: the batch never holds equal counts.
+
+    (0, 8, 16): every env ends a segment at the same step while holding different numbers of
+    summaries (and, capped, some evict while others append).
+    """
+    net = _net(**kw)
+    T = max(offsets) + 4 * 8 + 5  # each env: four full segments and a partial one
+    x = torch.randn(len(offsets), T, 32)
+    cache = net.init_cache(batch_size=len(offsets))
+    got = []
+    for t in range(T):
+        starting = [b for b, o in enumerate(offsets) if o == t and t > 0]
+        if starting:
+            net.reset_cache(cache, torch.tensor(starting))
+        y, cache = net.step(x[:, t], cache)
+        got.append(y)
+    got = torch.stack(got, dim=1)
+    for b, o in enumerate(offsets):
+        ref = net(x[b : b + 1, o:])[0]
+        assert (got[b, o:] - ref).abs().max().item() <= 1e-4, (kw, offsets, b)
+
+
 def test_envs_at_different_steps_share_one_batched_cache():
     """Rows reset at different times must behave as if each ran alone."""
     net = _net(mode="memo")
@@ -68,9 +93,13 @@ def test_envs_at_different_steps_share_one_batched_cache():
     assert (torch.stack(outs[1][11:]) - ref1).abs().max() <= 1e-4
 
 
-@pytest.mark.parametrize("mode", ["memo", "rmt", "fct"])
+@pytest.mark.parametrize("mode", ["memo", "rmt", "fct", "memo-capped", "fct-window"])
 def test_cache_tokens_are_bounded_and_bytes_follow(mode):
-    net = _net(mode=mode)
+    kw = {
+        "memo-capped": dict(mode="memo", max_summaries=2),
+        "fct-window": dict(mode="fct", fct_window=5),
+    }.get(mode, dict(mode=mode))
+    net = _net(**kw)
     cache = net.init_cache(batch_size=2)
     x = torch.randn(2, 45, 32)
     for t in range(45):
@@ -81,11 +110,17 @@ def test_cache_tokens_are_bounded_and_bytes_follow(mode):
             "memo": n_blocks * 2 + steps % 8,
             "rmt": min(n_blocks, 1) * 2 + steps % 8,
             "fct": steps,
+            "memo-capped": min(n_blocks, 2) * 2 + steps % 8,
+            "fct-window": min(steps, 5),
         }[mode]
         assert net.cache_tokens(cache) == expected
         assert net.cache_bytes(cache) == expected * 2 * 2 * 32 * 4
     if mode == "memo":
         assert net.cache_tokens(cache) <= 5 * 2 + 8
+    # Capped modes never allocate past their bound (summaries + a segment + summary slots).
+    room = {"rmt": 1 * 2 + 8 + 2, "memo-capped": 2 * 2 + 8 + 2, "fct-window": 5}.get(mode)
+    if room is not None:
+        assert cache.kv.shape[4] <= room
 
 
 def test_prefill_equals_stepping():

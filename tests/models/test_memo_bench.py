@@ -58,9 +58,11 @@ def test_memo_memory_rows_and_outputs(tmp_path, capsys):
     assert by[("memo-stream", 128, 3)]["cache_tokens"] == 2 * 2
     assert by[("fct", 64, 1)]["cache_bytes"] == 64 * 1 * 2 * 16 * 4
     assert by[("memo", 128, 1)]["bytes_vs_fct"] == pytest.approx(16 / 128)
-    assert all(r["step_ms"] > 0 for r in rows)
+    assert all(r["step_ms"] > 0 and r["step_cpu_ms"] > 0 for r in rows)
     frame = pd.read_parquet(out / "memo-memory.parquet")
-    assert {"mode", "t", "batch", "cache_tokens", "cache_bytes", "step_ms"} <= set(frame.columns)
+    assert {"mode", "t", "batch", "cache_tokens", "cache_bytes", "step_ms", "step_cpu_ms"} <= set(
+        frame.columns
+    )
     assert (out / "memo-memory.png").stat().st_size > 0
 
 
