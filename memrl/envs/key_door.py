@@ -249,18 +249,9 @@ class DarkKeyToDoorVectorEnv(gym.vector.VectorEnv):
         """Starts a new trial in every env; ``seed`` is an int (env i gets seed + i) or a list."""
         from gymnasium.utils import seeding
 
-        if seed is None:
-            seeds: list[int | None] = [None] * self.num_envs
-        elif isinstance(seed, int):
-            seeds = [seed + i for i in range(self.num_envs)]
-        else:
-            seeds = list(seed)
-            if len(seeds) != self.num_envs:
-                raise ValueError(
-                    f"reset(seed=...) got {len(seeds)} seeds for {self.num_envs} envs; pass one "
-                    "int (env i gets seed + i) or one seed per env"
-                )
-        for i, s in enumerate(seeds):
+        from memrl.envs.vector_utils import per_env_seeds
+
+        for i, s in enumerate(per_env_seeds(seed, self.num_envs)):
             if s is not None or self._rngs[i] is None:
                 self._rngs[i] = seeding.np_random(s)[0]
         every = np.arange(self.num_envs)
