@@ -10,6 +10,11 @@ at once is one row.
 Values for GAE come from one no-grad forward over the rows at the fixed segment length; the last
 observation of a chunk gives the bootstrap value unless the trial terminated there. Advantages are
 standardized over the loss steps, as RLlib's GeneralAdvantageEstimation does.
+
+With a frozen image encoder (``module.visual``), the features the env runner computed for each
+step are in the episode as the extra model output ``memo_frozen_features`` (lookback included);
+they become the batch column of that name, so the learner never re-encodes those images. Only
+the chunk's last observation (the bootstrap one, not acted on yet) is encoded here.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.core.columns import Columns
 from ray.rllib.core.rl_module.multi_rl_module import MultiRLModule
 from ray.rllib.evaluation.postprocessing import Postprocessing
+
+from memrl.runners.memo_connectors import MEMO_FROZEN_FEATURES
 
 
 class MemoTrialBatch(ConnectorV2):
@@ -60,6 +67,7 @@ class MemoTrialBatch(ConnectorV2):
         B = len(rows)
         obs_dim = rows[0]["obs"].shape[1]
         n_dist = rows[0]["dist"].shape[1]
+        visual = getattr(module, "visual", None)
         obs = np.zeros((B, T, obs_dim), np.float32)
         actions = np.zeros((B, T), np.int64)
         logp = np.zeros((B, T), np.float32)
@@ -73,14 +81,16 @@ class MemoTrialBatch(ConnectorV2):
             dist[i, t0 : t0 + n] = r["dist"]
             mask[i, t0 : t0 + n] = True
         device = next(module.parameters()).device
+        frozen = None
+        if visual is not None:
+            frozen = np.zeros((B, T, visual.features), np.float32)
+            for i, r in enumerate(rows):
+                frozen[i, : len(r["obs"])] = frozen_features(module, r["obs"], r["frozen"])
+        columns = {Columns.OBS: torch.from_numpy(obs).to(device)}
+        if frozen is not None:
+            columns[MEMO_FROZEN_FEATURES] = torch.from_numpy(frozen).to(device)
         with torch.no_grad():
-            values = (
-                module.compute_values(
-                    {Columns.OBS: torch.from_numpy(obs).to(device)}, fixed_segments=True
-                )
-                .cpu()
-                .numpy()
-            )  # (B, T)
+            values = module.compute_values(columns, fixed_segments=True).cpu().numpy()  # (B, T)
         adv = np.zeros((B, T), np.float32)
         targets = np.zeros((B, T), np.float32)
         for i, r in enumerate(rows):
@@ -102,6 +112,8 @@ class MemoTrialBatch(ConnectorV2):
             Postprocessing.ADVANTAGES: adv,
             Postprocessing.VALUE_TARGETS: targets,
         }
+        if frozen is not None:
+            data[MEMO_FROZEN_FEATURES] = frozen
         batch[DEFAULT_MODULE_ID] = {k: torch.from_numpy(v).to(device) for k, v in data.items()}
         return batch
 
@@ -121,15 +133,36 @@ def trial_row(episode: Any) -> dict[str, Any]:
             f"to at least the env's trial length (episode_lookback_horizon follows it)."
         )
     all_obs = np.asarray(episode.observations.data, dtype=np.float32)
+    frozen = None
+    if MEMO_FROZEN_FEATURES in episode.extra_model_outputs:
+        buf = episode.extra_model_outputs[MEMO_FROZEN_FEATURES]
+        if buf.lookback >= t0:
+            frozen = np.asarray(buf.data, dtype=np.float32)[buf.lookback - t0 :]  # (t0 + len, F)
     return {
         "t0": t0,
         "obs": all_obs[lookback - t0 :],  # (t0 + len + 1, obs_dim)
+        "frozen": frozen,
         "actions": np.asarray(episode.get_actions()),
         "logp": np.asarray(episode.get_extra_model_outputs(Columns.ACTION_LOGP), np.float32),
         "dist": np.asarray(episode.get_extra_model_outputs(Columns.ACTION_DIST_INPUTS), np.float32),
         "rewards": np.asarray(episode.get_rewards(), np.float32),
         "terminated": bool(episode.is_terminated),
     }
+
+
+def frozen_features(module: Any, obs: np.ndarray, stored: np.ndarray | None) -> np.ndarray:
+    """(T, F) frozen image features of a row: the stored ones, the missing tail encoded now.
+
+    Args:
+        module: a MemoRLModule with a frozen image encoder.
+        obs: (T, obs_dim) the row's observations.
+        stored: (S, F), S <= T, the features the env runner kept for the first S steps, or None.
+    """
+    n = 0 if stored is None else min(len(stored), len(obs))
+    if n == len(obs):
+        return stored[:n]
+    tail = module.image_features(torch.from_numpy(np.ascontiguousarray(obs[n:]))).cpu().numpy()
+    return tail if n == 0 else np.concatenate([stored[:n], tail])
 
 
 def gae(rewards: np.ndarray, values: np.ndarray, gamma: float, lambda_: float) -> np.ndarray:

@@ -12,9 +12,14 @@ RLlib state (``get_initial_state`` is empty) and:
   (memrl/runners/memo_connectors.py) adds ``memo_trial_t``, each row's step within its trial.
   ``_forward_inference``/``_forward_exploration`` hand the rows to a ``MemoCacheKeeper``
   (memrl/runners/memo_cache.py) that this module owns on the env runner: one KV cache row per
-  vector-env slot, reset when a trial starts, plus the trial's raw observations. Fixed l_seg.
+  vector-env slot, reset when a trial starts, plus the trial's per-step encoder inputs. Fixed l_seg.
 - KV refresh: ``set_state`` (how an env runner receives new weights) loads the weights, then
-  rebuilds every ongoing trial's cache from its stored observations with them.
+  rebuilds every ongoing trial's cache from its stored encoder inputs with them.
+- Frozen image encoder (``image_slice``/``image_shape``, from ``model.image_obs``): the image
+  part of each observation is encoded once, on the env runner, by a fixed FrozenImageEncoder.
+  The keeper stores those features (not the image) for the refresh, and the module returns them
+  as the extra model output ``memo_frozen_features``, which the episode keeps with the step; the
+  learner connector passes them on, so neither the refresh nor the learner re-encodes images.
 - Training (learner): ``episode_lookback_horizon`` >= the trial length makes every sampled chunk
   carry its trial's earlier observations; ``MemoTrialBatch`` (memrl/learners/memo_batch.py) turns
   each chunk into one (T,) row from trial step 0 with the loss mask on the chunk's own steps
@@ -36,9 +41,10 @@ from ray.rllib.core.rl_module.apis.value_function_api import ValueFunctionAPI
 from ray.rllib.core.rl_module.torch.torch_rl_module import TorchRLModule
 from torch import nn
 
+from memrl.models.frozen_encoder import FrozenImageEncoder
 from memrl.models.memo import MODES, MemoConfig, MemoTransformer
 from memrl.runners.memo_cache import MemoCacheKeeper
-from memrl.runners.memo_connectors import MEMO_TRIAL_T
+from memrl.runners.memo_connectors import MEMO_FROZEN_FEATURES, MEMO_TRIAL_T
 
 _NET_KEYS = (
     "d_model",
@@ -57,8 +63,10 @@ _NET_KEYS = (
 class MemoRLModule(TorchRLModule, ValueFunctionAPI):
     """Encoder + MemoTransformer + actor/critic heads; see the module docstring for the data path.
 
-    model_config keys: the MemoConfig fields, ``encoder_hiddens`` (list[int]) and
-    ``seg_randomization`` (bool).
+    model_config keys: the MemoConfig fields, ``encoder_hiddens`` (list[int]),
+    ``seg_randomization`` (bool), and for a frozen image encoder ``image_slice`` ([start, stop)
+    of the flat observation), ``image_shape`` ([H, W, C], row-major channels-last),
+    ``image_channels``, ``image_features`` and ``image_seed`` (see FrozenImageEncoder).
     """
 
     def setup(self) -> None:
@@ -66,8 +74,25 @@ class MemoRLModule(TorchRLModule, ValueFunctionAPI):
         self.memo_cfg = MemoConfig(**{k: mc[k] for k in _NET_KEYS if k in mc})
         self.seg_randomization = bool(mc.get("seg_randomization", True))
         obs_dim = int(self.observation_space.shape[0])
-        layers: list[nn.Module] = []
+        self.visual: FrozenImageEncoder | None = None
         width = obs_dim
+        if mc.get("image_slice") is not None:
+            start, stop = (int(i) for i in mc["image_slice"])
+            self.visual = FrozenImageEncoder(
+                tuple(mc["image_shape"]),
+                tuple(mc.get("image_channels", [16, 32])),
+                int(mc.get("image_features", 64)),
+                int(mc.get("image_seed", 0)),
+            )
+            if not 0 <= start < stop <= obs_dim or stop - start != self.visual.in_dim:
+                raise ValueError(
+                    f"image_slice [{start}, {stop}) must lie in the {obs_dim}-dim observation "
+                    f"and hold image_shape {list(self.visual.shape)} = {self.visual.in_dim} "
+                    "values; fix model.image_obs or the env's obs_slices"
+                )
+            self._image = slice(start, stop)
+            width = obs_dim - self.visual.in_dim + self.visual.features
+        layers: list[nn.Module] = []
         for hidden in mc.get("encoder_hiddens", [64]):
             layers += [nn.Linear(width, hidden), nn.GELU()]
             width = hidden
@@ -77,6 +102,27 @@ class MemoRLModule(TorchRLModule, ValueFunctionAPI):
         self.pi = nn.Linear(self.memo_cfg.d_model, int(self.action_space.n))
         self.vf = nn.Linear(self.memo_cfg.d_model, 1)
         self._keeper: MemoCacheKeeper | None = None
+
+    def image_features(self, obs: torch.Tensor) -> torch.Tensor:
+        """(..., obs_dim) observations -> (..., image_features) of the frozen image encoder."""
+        if self.visual is None:
+            raise ValueError("this MemoRLModule has no image encoder (model.image_obs is null)")
+        return self.visual(obs.float()[..., self._image])
+
+    def memo_inputs(self, obs: torch.Tensor, frozen: torch.Tensor | None = None) -> torch.Tensor:
+        """The trainable encoder's inputs: (..., obs_dim) -> (..., in_dim).
+
+        Without an image encoder these are the observations. With one, the frozen image features
+        (given as ``frozen`` (..., image_features) when already computed, else computed here)
+        followed by the observation without its image part.
+        """
+        obs = obs.float()
+        if self.visual is None:
+            return obs
+        if frozen is None:
+            frozen = self.image_features(obs)
+        rest = (obs[..., : self._image.start], obs[..., self._image.stop :])
+        return torch.cat([frozen.float(), *rest], dim=-1)
 
     # ------------------------------------------------------------- acting
     @property
@@ -93,8 +139,13 @@ class MemoRLModule(TorchRLModule, ValueFunctionAPI):
                 "memrl.runners.memo_connectors.MemoTrialStep to the env-to-module "
                 "pipeline (MemoModelSettings.apply does)"
             )
-        features = self.keeper.step(batch[Columns.OBS].float(), batch[MEMO_TRIAL_T])
-        return {Columns.ACTION_DIST_INPUTS: self.pi(features)}
+        inputs = self.memo_inputs(batch[Columns.OBS])  # (B, in_dim)
+        features = self.keeper.step(inputs, batch[MEMO_TRIAL_T])
+        out = {Columns.ACTION_DIST_INPUTS: self.pi(features)}
+        if self.visual is not None:
+            # Kept in the episode (an extra model output) so the learner reuses it.
+            out[MEMO_FROZEN_FEATURES] = inputs[:, : self.visual.features]
+        return out
 
     def _forward_inference(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
         return self._forward(batch, **kwargs)
@@ -115,13 +166,24 @@ class MemoRLModule(TorchRLModule, ValueFunctionAPI):
         return max(1, int(self.memo_cfg.l_seg * (0.8 + 0.4 * random.random())))
 
     def features(
-        self, obs: torch.Tensor, seg_len: int | None = None, layer_drop: bool | None = None
+        self,
+        obs: torch.Tensor,
+        seg_len: int | None = None,
+        layer_drop: bool | None = None,
+        frozen: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """(B, T, obs_dim) whole trials from their first step -> (B, T, d_model)."""
-        return self.net(self.encoder(obs.float()), seg_len=seg_len, layer_drop=layer_drop)
+        """(B, T, obs_dim) whole trials from their first step -> (B, T, d_model).
+
+        ``frozen`` (B, T, image_features): the frozen image features of those steps when already
+        computed (the learner batch's ``memo_frozen_features``).
+        """
+        tokens = self.encoder(self.memo_inputs(obs, frozen))  # (B, T, d_model)
+        return self.net(tokens, seg_len=seg_len, layer_drop=layer_drop)
 
     def _forward_train(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-        features = self.features(batch[Columns.OBS], seg_len=self.train_seg_len())
+        features = self.features(
+            batch[Columns.OBS], seg_len=self.train_seg_len(), frozen=batch.get(MEMO_FROZEN_FEATURES)
+        )
         return {Columns.ACTION_DIST_INPUTS: self.pi(features), Columns.EMBEDDINGS: features}
 
     def compute_values(
@@ -131,7 +193,10 @@ class MemoRLModule(TorchRLModule, ValueFunctionAPI):
         if embeddings is None:
             seg = self.memo_cfg.l_seg if fixed_segments else self.train_seg_len()
             embeddings = self.features(
-                batch[Columns.OBS], seg_len=seg, layer_drop=False if fixed_segments else None
+                batch[Columns.OBS],
+                seg_len=seg,
+                layer_drop=False if fixed_segments else None,
+                frozen=batch.get(MEMO_FROZEN_FEATURES),
             )
         return self.vf(embeddings).squeeze(-1)
 
@@ -166,6 +231,15 @@ class MemoModelSettings:
     """Probability of skipping a layer in loss passes (paper: 0.1)."""
     encoder_hiddens: list[int] = field(default_factory=lambda: [64])
     """Hidden layers of the observation encoder MLP (GELU)."""
+    image_obs: str | None = None
+    """Name of the env's image-like observation part (its ``obs_slices`` entry, with the shape in
+    its ``obs_shapes``; ObjNav-lite: "view") to encode with a frozen conv net; null: none."""
+    image_channels: list[int] = field(default_factory=lambda: [16, 32])
+    """Conv channels of the frozen image encoder (3x3 convolutions, ReLU)."""
+    image_features: int = 64
+    """Output width of the frozen image encoder (a fixed random projection)."""
+    image_seed: int = 0
+    """Seed of the frozen image encoder's weights."""
     max_trial_len: int | None = None
     """Longest trial in env steps, the lookback kept per chunk (null: the env's trial_len)."""
     partial_update_steps: int | None = None
@@ -184,6 +258,13 @@ class MemoModelSettings:
             raise ValueError(
                 f"{where}.encoder_hiddens must be positive, got {self.encoder_hiddens}"
             )
+        if any(c < 1 for c in self.image_channels) or not self.image_channels:
+            raise ValueError(
+                f"{where}.image_channels must be a non-empty list of positive ints, "
+                f"got {self.image_channels}"
+            )
+        if self.image_features < 1:
+            raise ValueError(f"{where}.image_features must be >= 1, got {self.image_features}")
         for name in ("max_trial_len", "partial_update_steps"):
             value = getattr(self, name)
             if value is not None and value < 1:
@@ -192,12 +273,47 @@ class MemoModelSettings:
     def memo_config(self) -> MemoConfig:
         return MemoConfig(**{k: getattr(self, k) for k in _NET_KEYS})
 
-    def model_config(self) -> dict[str, Any]:
+    def model_config(self, exp: Any = None) -> dict[str, Any]:
+        """The RLModule's model_config; ``exp`` (the experiment) resolves ``image_obs``."""
         out = {k: v for k, v in asdict(self).items() if k in _NET_KEYS}
         out.update(
             encoder_hiddens=list(self.encoder_hiddens), seg_randomization=self.seg_randomization
         )
+        if self.image_obs is not None:
+            if exp is None:
+                raise ValueError("model.image_obs needs the experiment's env to resolve it")
+            start, stop, shape = self.image_layout(exp)
+            out.update(
+                image_slice=[start, stop],
+                image_shape=list(shape),
+                image_channels=list(self.image_channels),
+                image_features=self.image_features,
+                image_seed=self.image_seed,
+            )
         return out
+
+    def image_layout(self, exp: Any) -> tuple[int, int, tuple[int, ...]]:
+        """(start, stop, (H, W, C)) of ``image_obs`` in the env's flat observation."""
+        from memrl.envs import make_env
+
+        env = make_env(exp.env.id, exp.env.config)
+        try:
+            slices = dict(getattr(env.unwrapped, "obs_slices", {}) or {})
+            shapes = dict(getattr(env.unwrapped, "obs_shapes", {}) or {})
+        finally:
+            env.close()
+        if self.image_obs not in slices or self.image_obs not in shapes:
+            raise ValueError(
+                f"model.image_obs={self.image_obs!r}, but env {exp.env.id!r} names these "
+                f"observation parts with a shape: {sorted(set(slices) & set(shapes))}; pick one "
+                "or set model.image_obs to null"
+            )
+        part, shape = slices[self.image_obs], tuple(int(s) for s in shapes[self.image_obs])
+        if len(shape) != 3:
+            raise ValueError(
+                f"model.image_obs={self.image_obs!r} has shape {shape}; an (H, W, C) one is needed"
+            )
+        return int(part.start), int(part.stop), shape
 
     def trial_len(self, exp: Any) -> int:
         if self.max_trial_len is not None:
@@ -224,7 +340,9 @@ class MemoModelSettings:
         from memrl.runners.memo_connectors import make_env_to_module
 
         algo_config.rl_module(
-            rl_module_spec=RLModuleSpec(module_class=MemoRLModule, model_config=self.model_config())
+            rl_module_spec=RLModuleSpec(
+                module_class=MemoRLModule, model_config=self.model_config(exp)
+            )
         )
         algo_config.env_runners(
             episode_lookback_horizon=self.trial_len(exp) + 1,

@@ -6,9 +6,12 @@ row i of every inference batch is vector-env slot i (RLlib's env runner builds i
 its episodes in slot order), and the ``memo_trial_t`` column that ``MemoTrialStep`` adds tells the
 keeper the step of each row's trial (0: a new trial, the row's cache is emptied).
 
-The keeper also stores every ongoing trial's per-step inputs (the raw observations, a few floats
-per step), so that after new weights arrive ``refresh`` rebuilds each cache as the new weights
-would have built it (the KV refresh of specs/memo.md).
+The keeper also stores every ongoing trial's per-step inputs of the trainable encoder, so that
+after new weights arrive ``refresh`` rebuilds each cache as the new weights would have built it
+(the KV refresh of specs/memo.md). Those inputs are the raw observations, or, for a module with a
+frozen image encoder, the frozen image features (computed once, when the step was taken) next to
+the observation's other parts: the refresh then runs only the trainable layers and never encodes
+an image again.
 """
 
 from __future__ import annotations
@@ -27,10 +30,10 @@ class MemoCacheKeeper:
     """Batched caches and stored inputs of the trials an env runner is stepping."""
 
     def __init__(self, encoder: nn.Module, net: MemoTransformer) -> None:
-        self.encoder = encoder
+        self.encoder = encoder  # the trainable encoder: inputs -> (..., d_model) tokens
         self.net = net
         self.cache: MemoCache | None = None
-        self.inputs: torch.Tensor | None = None  # (B, capacity, obs_dim) raw observations
+        self.inputs: torch.Tensor | None = None  # (B, capacity, in_dim) the encoder's inputs
         self.lengths: torch.Tensor | None = None  # (B,) steps stored per slot
 
     @torch.no_grad()
@@ -38,7 +41,8 @@ class MemoCacheKeeper:
         """Features of one step for every slot.
 
         Args:
-            obs: (B, obs_dim) the slots' current observations.
+            obs: (B, in_dim) the slots' current encoder inputs (observations, or frozen image
+                features + the other observation parts); stored for the KV refresh.
             trial_t: (B,) the step index of each observation within its trial.
 
         Returns:

@@ -42,10 +42,16 @@ class ObjNavEnv(gym.Env):
         self.vec = ObjNavVec(1, self.config, autoreset=False)
         self.obs_slices = dict(self.vec.obs_slices)
         self.view_shape = self.vec.view_shape
+        self.obs_shapes = {"view": self.view_shape}  # parts with a shape (image-like)
         low, high = self.vec.obs_bounds()
         self.observation_space = gym.spaces.Box(low=low, high=high, dtype=np.float32)
         self.action_space = gym.spaces.Discrete(NUM_ACTIONS)
         self._started = False
+
+    @property
+    def trial_len(self) -> int:
+        """Steps per trial (one gymnasium episode); Memo sizes its lookback buffer from it."""
+        return self.config.trial_len
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None

@@ -1,0 +1,331 @@
+"""Memo / FCT / RMT policies on long ObjNav-lite trials: SR and SPL per in-context episode index.
+
+Evaluates trained checkpoints (``memrl train configs/objnav_{memo,fct,rmt}.yaml``) on trials much
+longer than the training ones (default 32,000 steps vs 4,096), as the Memo paper does, and reports
+per policy variant:
+
+- success rate and SPL of inner episodes grouped by their index in the trial (``--buckets``, e.g.
+  0, 1-4, 5-19, 20+): an agent that remembers the layout gets better after its first episodes;
+- the same for inner episodes that start inside the training length (t < train trial_len) and
+  past ``--late-start`` steps (default 6000: the paper's streaming regime);
+- context tokens and K/V bytes held per env at the trial's end (``MemoTransformer.cache_tokens``
+  / ``cache_bytes``) and the mean wall time of one batched policy step.
+
+Streaming variants reuse a run's trained weights with another cache policy at evaluation time:
+``--fct-window W`` adds ``fct-window`` for FCT runs (attend to the last W steps only), and
+``--memo-cap N`` adds ``memo-stream`` for Memo runs (keep the newest N summary blocks). A
+``random`` row (uniform actions) is the floor, an ``oracle`` row (the map-knowing shortest-path
+agent, ``ObjNavVec.oracle_actions``) the ceiling.
+
+The loop steps ``ObjNavVec`` (the batched core the gym env wraps: the same task) and the module's
+``forward_inference``/``forward_exploration`` with ``memo_trial_t`` directly, without an RLlib env
+runner: it needs the module's caches, which an env runner hides, and it is faster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from memrl.bench._report import Plot, add_output_arguments, write_report
+
+NAME = "objnav-memo"
+logger = logging.getLogger(__name__)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--run",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="run directory of a memo/fct/rmt run, or a checkpoint in one (repeatable)",
+    )
+    parser.add_argument("--trial-len", type=int, default=32000, help="evaluation trial length")
+    parser.add_argument("--trials", type=int, default=4, help="trials per variant (run batched)")
+    parser.add_argument("--seed", type=int, default=12345, help="env seed (layouts, starts)")
+    parser.add_argument("--buckets", default="0,1,5,20", help="first index of each index bucket")
+    parser.add_argument("--late-start", type=int, default=6000, help="'late' episodes start here")
+    parser.add_argument("--fct-window", type=int, default=1024, help="streaming FCT window (0: no)")
+    parser.add_argument(
+        "--memo-cap", type=int, default=0, help="streaming Memo: summary blocks kept (0: no)"
+    )
+    parser.add_argument(
+        "--greedy", action="store_true", help="take the policy's mode (default: sample from it)"
+    )
+    parser.add_argument(
+        "--no-baselines", action="store_true", help="skip the random and oracle rows"
+    )
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    parser.add_argument(
+        "--append",
+        action="store_true",
+        help="keep the rows of an earlier report in --output (other variants) and add these",
+    )
+    add_output_arguments(parser, NAME)
+
+
+class EpisodeLog:
+    """Per inner episode of every env: index in its trial, start step, success, SPL."""
+
+    def __init__(self, num_envs: int) -> None:
+        import numpy as np
+
+        self.index = np.zeros(num_envs, np.int64)
+        self.start = np.zeros(num_envs, np.int64)
+        self.rows: list[tuple[int, int, bool, float]] = []
+
+    def update(self, t: int, result: Any) -> None:
+        """Records the inner episodes that ended at trial step t (result: ObjNavVec.step's)."""
+        for i in result.episode_done.nonzero()[0]:
+            self.rows.append(
+                (
+                    int(self.index[i]),
+                    int(self.start[i]),
+                    bool(result.success[i]),
+                    float(result.spl[i]),
+                )
+            )
+            self.index[i] += 1
+            self.start[i] = t + 1
+
+    def summary(
+        self, buckets: list[int], train_len: int, late_start: int, trials: int
+    ) -> dict[str, Any]:
+        """SR / SPL per index bucket and per start-time range, and episodes per trial."""
+        out: dict[str, Any] = {"episodes_per_trial": round(len(self.rows) / trials, 1)}
+        edges = [*buckets, None]
+        groups: list[tuple[str, Any]] = []
+        for lo, hi in zip(edges[:-1], edges[1:], strict=True):
+            label = (
+                f"ep{lo}" if hi == lo + 1 else (f"ep{lo}+" if hi is None else f"ep{lo}-{hi - 1}")
+            )
+            groups.append((label, lambda r, lo=lo, hi=hi: r[0] >= lo and (hi is None or r[0] < hi)))
+        groups.append((f"t<{train_len}", lambda r: r[1] < train_len))
+        groups.append((f"t>={late_start}", lambda r: r[1] >= late_start))
+        for label, keep in groups:
+            sel = [r for r in self.rows if keep(r)]
+            out[f"SR {label}"] = round(sum(r[2] for r in sel) / len(sel), 3) if sel else None
+            out[f"SPL {label}"] = round(sum(r[3] for r in sel) / len(sel), 3) if sel else None
+        out["SR all"] = (
+            round(sum(r[2] for r in self.rows) / len(self.rows), 3) if self.rows else None
+        )
+        return out
+
+
+def load_policy(run: str, overrides: dict[str, Any]) -> tuple[Any, dict[str, Any], str, int]:
+    """A run's newest (or the given) checkpoint as a MemoRLModule with model overrides.
+
+    Returns:
+        (module, env config of the run, mode, checkpoint iteration)
+    """
+    import yaml
+
+    from memrl.config import parse_config
+    from memrl.envs import make_env
+    from memrl.evaluate import resolve_checkpoint
+    from memrl.models.memo_rlmodule import MemoModelSettings, MemoRLModule
+
+    run_dir, ckpt = resolve_checkpoint(run)
+    exp = parse_config(yaml.safe_load(run_dir.config.read_text()))
+    if not isinstance(exp.model, MemoModelSettings):
+        raise ValueError(
+            f"{run}: model type {type(exp.model).__name__} is not memo; this benchmark "
+            "evaluates memo/fct/rmt runs (model: {type: memo})"
+        )
+    env = make_env(exp.env.id, exp.env.config)
+    try:
+        obs_space, act_space = env.observation_space, env.action_space
+    finally:
+        env.close()
+    model_config = {**exp.model.model_config(exp), **overrides}
+    module = MemoRLModule(
+        observation_space=obs_space, action_space=act_space, model_config=model_config
+    )
+    module.restore_from_path(ckpt / "learner_group" / "learner" / "rl_module" / "default_policy")
+    module.eval()
+    iteration = int(ckpt.name.rsplit("_", 1)[-1])
+    return module, dict(exp.env.config), exp.model.mode, iteration
+
+
+def run_trials(
+    module: Any,
+    env_config: dict[str, Any],
+    args: argparse.Namespace,
+    *,
+    baseline: str | None = None,
+) -> dict[str, Any]:
+    """Steps ``args.trials`` trials of ``args.trial_len`` steps at once; returns the row.
+
+    ``baseline``: "random" (uniform actions) or "oracle" (the map-knowing shortest-path agent)
+    instead of the module.
+    """
+    import numpy as np
+    import torch
+    from ray.rllib.core.columns import Columns
+
+    from memrl.envs.objnav import ObjNavConfig, ObjNavVec
+    from memrl.runners.memo_connectors import MEMO_TRIAL_T
+
+    cfg = ObjNavConfig.from_kwargs({**env_config, "trial_len": args.trial_len, "seed": args.seed})
+    vec = ObjNavVec(args.trials, cfg, autoreset=False)
+    obs = vec.reset().copy()
+    log = EpisodeLog(args.trials)
+    rng = np.random.default_rng(args.seed)
+    gen = torch.Generator().manual_seed(args.seed)
+    seconds = 0.0
+    for t in range(args.trial_len):
+        if baseline == "random":
+            actions = rng.integers(0, 4, args.trials)
+        elif baseline == "oracle":
+            actions = vec.oracle_actions()
+        else:
+            start = time.perf_counter()
+            batch = {
+                Columns.OBS: torch.from_numpy(obs),
+                MEMO_TRIAL_T: torch.full((args.trials,), t, dtype=torch.long),
+            }
+            with torch.no_grad():
+                logits = module.forward_inference(batch)[Columns.ACTION_DIST_INPUTS]
+            if args.greedy:
+                actions = logits.argmax(-1).numpy()
+            else:
+                actions = torch.multinomial(logits.softmax(-1), 1, generator=gen)[:, 0].numpy()
+            seconds += time.perf_counter() - start
+        result = vec.step(actions)
+        log.update(t, result)
+        obs = result.obs.copy()
+        if t % 4000 == 3999:
+            logger.info("step %d/%d", t + 1, args.trial_len)
+    assert bool(result.trial_done.all()), "every trial ends at trial_len"
+    train_len = int(env_config.get("trial_len", 4096))
+    row = log.summary(_buckets(args.buckets), train_len, args.late_start, args.trials)
+    if baseline is not None:
+        row.update(context_tokens=0, kv_bytes=0, ms_per_step=None)
+    else:
+        cache = module.keeper.cache
+        row.update(
+            context_tokens=module.net.cache_tokens(cache),
+            kv_bytes=module.net.cache_bytes(cache),
+            ms_per_step=round(1000 * seconds / args.trial_len, 2),
+        )
+    return row
+
+
+def _buckets(text: str) -> list[int]:
+    try:
+        edges = [int(x) for x in text.split(",")]
+    except ValueError as err:
+        raise ValueError(
+            f"--buckets must be comma-separated ints like 0,1,5,20, got {text!r}"
+        ) from err
+    if edges[0] != 0 or edges != sorted(set(edges)):
+        raise ValueError(f"--buckets must start at 0 and increase, got {text!r}")
+    return edges
+
+
+def earlier_rows(path: Path, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows of an earlier report at ``path`` whose variant is not in ``rows``, then ``rows``."""
+    import math
+
+    import pandas as pd
+
+    if not path.is_file():
+        return rows
+    new = {r["variant"] for r in rows}
+    kept = []
+    for old in pd.read_parquet(path).to_dict("records"):
+        if old["variant"] not in new:
+            kept.append(
+                {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in old.items()}
+            )
+    return kept + rows
+
+
+def bucket_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The wide rows' per-group SR/SPL as long rows (variant, group, SR, SPL) for plots."""
+    out = []
+    for r in rows:
+        for key in r:
+            if key.startswith("SR ") and key != "SR all":
+                group = key[3:]
+                out.append(
+                    {
+                        "variant": r["variant"],
+                        "group": group,
+                        "SR": r[key],
+                        "SPL": r[f"SPL {group}"],
+                    }
+                )
+    return out
+
+
+def variants(mode: str, args: argparse.Namespace) -> list[tuple[str, dict[str, Any]]]:
+    """(name, model_config overrides) of the variants evaluated for a run of ``mode``."""
+    out = [(mode, {})]
+    if mode == "fct" and args.fct_window:
+        out.append((f"fct-window{args.fct_window}", {"fct_window": args.fct_window}))
+    if mode == "memo" and args.memo_cap:
+        out.append((f"memo-stream{args.memo_cap}", {"max_summaries": args.memo_cap}))
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    torch.set_num_threads(args.threads)
+    if not args.run:
+        raise ValueError("give at least one --run DIR (a memo, fct or rmt run directory)")
+    if args.trial_len < 1 or args.trials < 1:
+        raise ValueError(
+            f"--trial-len and --trials must be >= 1, got {args.trial_len}, {args.trials}"
+        )
+    _buckets(args.buckets)
+    rows: list[dict[str, Any]] = []
+    env_config: dict[str, Any] = {}
+    for run_path in args.run:
+        _, env_config, mode, _ = load_policy(run_path, {})
+        for name, overrides in variants(mode, args):
+            module, env_config, _, iteration = load_policy(run_path, overrides)
+            start = time.perf_counter()
+            row = {"variant": name, "run": Path(run_path).name, "iteration": iteration}
+            row.update(run_trials(module, env_config, args))
+            row["eval_wall_s"] = round(time.perf_counter() - start, 1)
+            rows.append(row)
+            logger.info("%s: %s", name, row)
+    for baseline in () if args.no_baselines else ("random", "oracle"):
+        start = time.perf_counter()
+        row = {"variant": baseline, "run": "-", "iteration": 0}
+        row.update(run_trials(None, env_config, args, baseline=baseline))
+        row["eval_wall_s"] = round(time.perf_counter() - start, 1)
+        rows.append(row)
+    if args.append:
+        rows = earlier_rows(Path(args.output) / f"{NAME}.parquet", rows)
+    title = f"ObjNav-lite, {args.trials} trials of {args.trial_len} steps"
+    write_report(
+        NAME,
+        rows,
+        args.output,
+        plots=[
+            Plot(x="variant", y="SR all", kind="bar", title="success rate, all inner episodes"),
+            Plot(x="variant", y=f"SR t>={args.late_start}", kind="bar", title="SR, late episodes"),
+            Plot(x="variant", y="context_tokens", kind="bar", title="context tokens per env"),
+        ],
+        as_json=args.json,
+        title=title,
+    )
+    write_report(
+        f"{NAME}-buckets",
+        bucket_rows(rows),
+        args.output,
+        plots=[
+            Plot(x="group", y="SR", group="variant", kind="bar", title="SR per episode group"),
+            Plot(x="group", y="SPL", group="variant", kind="bar", title="SPL per episode group"),
+        ],
+        as_json=args.json,
+        title=title + ": per inner-episode group",
+    )
+    return 0

@@ -1,0 +1,160 @@
+"""`memrl bench objnav-memo`: episode bookkeeping, cache figures, and a trained run end to end."""
+
+from __future__ import annotations
+
+import argparse
+from types import SimpleNamespace
+
+import gymnasium as gym
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from memrl.bench import objnav_memo
+from memrl.envs.objnav import ObjNavConfig, ObjNavVec
+from memrl.models.memo_rlmodule import MemoRLModule
+
+torch.set_num_threads(1)
+
+ENV = {"grid_size": 10, "rooms": 2, "num_categories": 3, "episode_len": 30, "trial_len": 48}
+
+
+def _args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    objnav_memo.add_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_episode_log_groups_by_index_and_start_time():
+    log = objnav_memo.EpisodeLog(2)
+
+    def ended(*envs, success=(), spl=0.5):
+        done = np.zeros(2, bool)
+        done[list(envs)] = True
+        ok = np.zeros(2, bool)
+        ok[list(success)] = True
+        return SimpleNamespace(episode_done=done, success=ok, spl=np.full(2, spl) * ok)
+
+    log.update(3, ended(0, 1, success=[0]))  # index 0 of both envs, started at t=0
+    log.update(9, ended(0, success=[0]))  # env 0, index 1, started at t=4
+    log.update(20, ended(0, 1))  # env 0 index 2 (from t=10), env 1 index 1 (from t=4)
+    row = log.summary([0, 1, 2], train_len=5, late_start=10, trials=2)
+    assert row["episodes_per_trial"] == 2.5
+    assert row["SR ep0"] == 0.5 and row["SPL ep0"] == 0.25
+    assert row["SR ep1"] == 0.5  # env 0's index 1 succeeded, env 1's did not
+    assert row["SR ep2+"] == 0.0
+    assert row["SR t<5"] == 0.5 and row["SR t>=10"] == 0.0
+    assert row["SR all"] == 0.4
+    groups = {r["group"] for r in objnav_memo.bucket_rows([{"variant": "x", **row}])}
+    assert groups == {"ep0", "ep1", "ep2+", "t<5", "t>=10"}
+
+
+def test_bad_buckets_and_variants():
+    with pytest.raises(ValueError, match="start at 0"):
+        objnav_memo._buckets("1,5")
+    with pytest.raises(ValueError, match="comma-separated"):
+        objnav_memo._buckets("0,a")
+    args = _args("--fct-window", "64", "--memo-cap", "4")
+    assert objnav_memo.variants("fct", args) == [("fct", {}), ("fct-window64", {"fct_window": 64})]
+    assert objnav_memo.variants("memo", args)[1] == ("memo-stream4", {"max_summaries": 4})
+    assert objnav_memo.variants("rmt", args) == [("rmt", {})]
+
+
+@pytest.mark.parametrize(
+    "mode, extra, tokens",
+    [
+        ("memo", {}, 6 * 4),  # 48 steps = 6 full segments: 6 summary blocks, no open segment
+        ("fct", {"fct_window": 16}, 16),
+        ("rmt", {}, 4),
+    ],
+)
+def test_trials_report_episodes_and_the_cache_held_at_the_end(mode, extra, tokens):
+    vec = ObjNavVec(1, ObjNavConfig.from_kwargs({**ENV, "seed": 0}))
+    low, high = vec.obs_bounds()
+    torch.manual_seed(0)
+    module = MemoRLModule(
+        observation_space=gym.spaces.Box(low, high, dtype=np.float32),
+        action_space=gym.spaces.Discrete(4),
+        model_config=dict(
+            d_model=16, n_layers=1, n_heads=2, l_seg=8, l_sum=4, encoder_hiddens=[16], mode=mode
+        )
+        | extra,
+    )
+    args = _args("--trial-len", "48", "--trials", "2", "--late-start", "20")
+    row = objnav_memo.run_trials(module, ENV, args)
+    assert row["episodes_per_trial"] >= 1 and 0 <= row["SR all"] <= 1
+    assert {"SR ep0", "SPL ep20+", "SR t<48", "SR t>=20"} <= set(row)
+    assert row["context_tokens"] == module.net.cache_tokens(module.keeper.cache) == tokens
+    assert row["kv_bytes"] == tokens * 1 * 2 * 16 * 4
+    oracle = objnav_memo.run_trials(None, ENV, args, baseline="oracle")
+    assert oracle["SR all"] == 1.0 and oracle["context_tokens"] == 0
+
+
+@pytest.mark.slow
+def test_bench_evaluates_a_trained_run(tmp_path):
+    from memrl.config import parse_config
+    from memrl.train import train
+
+    exp = parse_config(
+        {
+            "name": "tiny_memo",
+            "env": {"id": "memrl/ObjNav-v0", "config": ENV},
+            "algorithm": {"name": "ppo", "train_batch_size": 48, "minibatch_size": 48},
+            "model": {
+                "type": "memo",
+                "d_model": 16,
+                "n_layers": 1,
+                "n_heads": 2,
+                "l_seg": 8,
+                "l_sum": 4,
+                "encoder_hiddens": [16],
+                "partial_update_steps": 24,
+            },
+            "resources": {"num_env_runners": 0, "num_envs_per_env_runner": 2},
+            "run": {"stop_iters": 1, "checkpoint_every": 1},
+        }
+    )
+    run_dir = train(exp, run_dir=tmp_path / "run", echo=lambda *a: None)
+    args = _args(
+        "--run", str(run_dir.path), "--trial-len", "96", "--trials", "2", "--memo-cap", "2",
+        "--late-start", "50", "--output", str(tmp_path / "out"),
+    )  # fmt: skip
+    assert objnav_memo.run(args) == 0
+    table = pd.read_parquet(tmp_path / "out" / "objnav-memo.parquet")
+    assert table["variant"].tolist() == ["memo", "memo-stream2", "random", "oracle"]
+    assert table["iteration"].tolist()[:2] == [1, 1]
+    memo, stream = table.iloc[0], table.iloc[1]
+    # 96 steps = 12 full segments: memo holds 12 summary blocks, the capped one 2.
+    assert memo["context_tokens"] == 12 * 4 and stream["context_tokens"] == 2 * 4
+    assert (tmp_path / "out" / "objnav-memo-buckets.png").is_file()
+
+
+def test_append_keeps_other_variants_of_an_earlier_report(tmp_path):
+    path = tmp_path / "objnav-memo.parquet"
+    old = [{"variant": "memo", "SR all": 0.1}, {"variant": "random", "SR all": None}]
+    pd.DataFrame(old).to_parquet(path)
+    rows = objnav_memo.earlier_rows(path, [{"variant": "memo", "SR all": 0.3}])
+    assert rows == [{"variant": "random", "SR all": None}, {"variant": "memo", "SR all": 0.3}]
+    assert objnav_memo.earlier_rows(tmp_path / "none.parquet", rows) == rows
+
+
+@pytest.mark.parametrize("name", ["memo", "fct", "rmt", "memo_paper", "mlp"])
+def test_objnav_configs_parse_with_the_paper_training_shape(name):
+    from pathlib import Path
+
+    import yaml
+
+    from memrl.config import parse_config
+
+    path = Path(__file__).parents[2] / "configs" / f"objnav_{name}.yaml"
+    exp = parse_config(yaml.safe_load(path.read_text()))
+    assert exp.env.id == "memrl/ObjNav-v0" and exp.env.config["trial_len"] == 4096
+    if name != "mlp":
+        assert exp.model.partial_update_steps == 256
+        assert exp.model.mode == name.split("_")[0]
+        assert exp.model.trial_len(exp) == 4096
+    if name == "memo_paper":
+        mc = exp.model.model_config(exp)
+        assert (mc["d_model"], mc["n_layers"], mc["l_seg"], mc["l_sum"]) == (256, 4, 256, 32)
+        assert mc["image_slice"] == [0, 792] and mc["image_shape"] == [4, 9, 22]
