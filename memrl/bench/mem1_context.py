@@ -6,7 +6,12 @@ each number of objectives N and each context policy; every figure comes from the
 memory metrics that training uses (memrl/runners/text_rollout.py, memrl/metrics.py).
 
     memrl bench mem1-context --model scripted --objectives 2 8 16 --tasks 16
+    memrl bench mem1-context --model scripted --passage-words 0   # the KB's short passages
     memrl bench mem1-context --model runs/mem1_doc_qa_tiny/checkpoints/iter_000024
+
+By default the observations follow the paper's setting: top-3 passages of 100 words each (MEM1
+retrieves top-3 from the DPR wiki-2018 passages, 100 words each); ``--passage-words 0`` keeps the
+synthetic KB's short passages (~24 words).
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--tokenizer",
         default=None,
         help="tokenizer directory for --model scripted (default: a BPE trained "
-        "here on the env's text)",
+        "here on the env's text, one per --passage-words value)",
     )
     parser.add_argument(
         "--objectives",
@@ -52,7 +57,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--tasks", type=int, default=16, help="test tasks per N")
     parser.add_argument("--synthetic-passages", type=int, default=300)
-    parser.add_argument("--topk", type=int, default=3, help="passages per search")
+    parser.add_argument("--topk", type=int, default=3, help="passages per search (paper: 3)")
+    parser.add_argument(
+        "--passage-words",
+        type=int,
+        nargs="+",
+        default=[100],
+        help="synthetic passage length in words: 100 like the paper's Wikipedia passages, 0 for "
+        "the KB's short ones (~24 words); several values give one set of rows each "
+        "(default: %(default)s; ignored with --config, whose env.config decides)",
+    )
     parser.add_argument(
         "--config",
         default=None,
@@ -113,7 +127,7 @@ class ScriptedBackend:
         return out
 
 
-def _scripted_tokenizer(args: argparse.Namespace, prompt: Any) -> Any:
+def _scripted_tokenizer(args: argparse.Namespace, prompt: Any, base_env: dict[str, Any]) -> Any:
     if args.tokenizer:
         from memrl.models.llm_net import load_tokenizer
 
@@ -121,12 +135,7 @@ def _scripted_tokenizer(args: argparse.Namespace, prompt: Any) -> Any:
     from memrl.models.llm import env_texts
     from memrl.models.tokenizer import build_tokenizer
 
-    texts = env_texts(
-        "memrl/DocQA-v0",
-        {"synthetic_passages": args.synthetic_passages, "seed": args.seed},
-        prompt,
-        100,
-    )
+    texts = env_texts("memrl/DocQA-v0", base_env, prompt, 100)
     return build_tokenizer(texts, 2048, prompt.all_tag_strings())
 
 
@@ -141,17 +150,19 @@ def run(args: argparse.Namespace) -> int:
 
     torch.set_num_threads(max(1, min(4, torch.get_num_threads())))
     prompt = PromptSettings()
-    base_env: dict[str, Any] = {"synthetic_passages": args.synthetic_passages, "seed": args.seed}
+    settings: list[dict[str, Any]] = [
+        {"synthetic_passages": args.synthetic_passages, "seed": args.seed,
+         "synthetic_passage_words": words}
+        for words in args.passage_words
+    ]  # fmt: skip
     if args.config:
         from memrl.config import load_config
 
         exp = load_config(args.config)
         prompt = exp.algorithm.prompt
-        base_env = dict(exp.env.config)
-    if args.model == "scripted":
-        tokenizer = _scripted_tokenizer(args, prompt)
-        lm = None
-    else:
+        settings = [dict(exp.env.config)]
+    lm = tokenizer = None
+    if args.model != "scripted":
         from memrl.models.generation import GenerationSettings, make_backend
         from memrl.models.llm import load_policy
 
@@ -160,69 +171,79 @@ def run(args: argparse.Namespace) -> int:
             lm = lm.to("cuda")
         lm.eval()
     rows = []
-    for n in args.objectives:
-        max_turns = args.turns_per_objective * n + 2
-        config = {
-            **base_env,
-            "objectives": n,
-            "split": "test",
-            "max_turns": max_turns,
-            "num_tasks": max(args.tasks, 1),
-            "topk": args.topk,
-        }
-        envs = [make_env("memrl/DocQA-v0", config) for _ in range(args.batch)]
-        for name in args.policies:
-            policy = ContextPolicy(name, k=1)
-            if lm is None:
-                backend = ScriptedBackend(tokenizer, prompt, max_turns)
-            else:
-                backend = make_backend(
-                    GenerationSettings(backend="hf", seed=args.seed), lm, tokenizer
-                )
-            episodes = []
-            for start in range(0, args.tasks, args.batch):
-                idx = list(range(start, min(args.tasks, start + args.batch)))
-                batch_envs = envs[: len(idx)]
-                if isinstance(backend, ScriptedBackend):
-                    prompts, questions = [], []
-                    for env, i in zip(batch_envs, idx, strict=True):
-                        obs, info = env.reset(options={"task_index": i})
-                        prompts.append(
-                            tokenizer.encode(
-                                render_prompt(prompt, obs, tokenizer), add_special_tokens=False
+    for base_env in settings:
+        if lm is None:
+            tokenizer = _scripted_tokenizer(args, prompt, base_env)
+        words = int(base_env.get("synthetic_passage_words", 0))
+        for n in args.objectives:
+            max_turns = args.turns_per_objective * n + 2
+            config = {
+                **base_env,
+                "objectives": n,
+                "split": "test",
+                "max_turns": max_turns,
+                "num_tasks": max(args.tasks, 1),
+                "topk": args.topk,
+            }
+            envs = [make_env("memrl/DocQA-v0", config) for _ in range(args.batch)]
+            for name in args.policies:
+                policy = ContextPolicy(name, k=1)
+                if lm is None:
+                    backend = ScriptedBackend(tokenizer, prompt, max_turns)
+                else:
+                    backend = make_backend(
+                        GenerationSettings(backend="hf", seed=args.seed), lm, tokenizer
+                    )
+                episodes = []
+                for start in range(0, args.tasks, args.batch):
+                    idx = list(range(start, min(args.tasks, start + args.batch)))
+                    batch_envs = envs[: len(idx)]
+                    if isinstance(backend, ScriptedBackend):
+                        prompts, questions = [], []
+                        for env, i in zip(batch_envs, idx, strict=True):
+                            obs, info = env.reset(options={"task_index": i})
+                            prompts.append(
+                                tokenizer.encode(
+                                    render_prompt(prompt, obs, tokenizer), add_special_tokens=False
+                                )
                             )
-                        )
-                        questions.append(info["task"]["questions"])
-                    backend.begin(prompts, questions)
-                episodes += rollout(
-                    batch_envs,
-                    backend,
-                    tokenizer,
-                    policy=policy,
-                    prompt=prompt,
-                    max_tokens_per_turn=args.max_tokens_per_turn,
-                    reset_options=[{"task_index": i} for i in idx],
-                    greedy=True,
+                            questions.append(info["task"]["questions"])
+                        backend.begin(prompts, questions)
+                    episodes += rollout(
+                        batch_envs,
+                        backend,
+                        tokenizer,
+                        policy=policy,
+                        prompt=prompt,
+                        max_tokens_per_turn=args.max_tokens_per_turn,
+                        reset_options=[{"task_index": i} for i in idx],
+                        greedy=True,
+                    )
+                mem = [ep.memory_metrics() for ep in episodes]
+                obs = [len(t.obs_ids) for ep in episodes for t in ep.turns if t.obs_ids]
+                gen = [len(t.gen_ids) for ep in episodes for t in ep.turns]
+                rows.append(
+                    {
+                        "model": "scripted" if lm is None else args.model,
+                        "policy": name,
+                        "series": f"{name}, {words} words" if words else f"{name}, short",
+                        "objectives": n,
+                        "topk": args.topk,
+                        "passage_words": words,
+                        "obs_tokens": float(np.mean(obs)) if obs else 0.0,
+                        "gen_tokens": float(np.mean(gen)) if gen else 0.0,
+                        "tasks": len(episodes),
+                        "peak_tokens": float(np.mean([m["peak_tokens"] for m in mem])),
+                        "dependency": float(np.mean([m["dependency"] for m in mem])),
+                        "seconds": float(np.mean([ep.seconds for ep in episodes])),
+                        "em": float(np.mean([ep.info.get("em", 0.0) for ep in episodes])),
+                        "f1": float(np.mean([ep.info.get("f1", 0.0) for ep in episodes])),
+                        "turns": float(np.mean([len(ep) for ep in episodes])),
+                    }
                 )
-            mem = [ep.memory_metrics() for ep in episodes]
-            rows.append(
-                {
-                    "model": "scripted" if lm is None else args.model,
-                    "policy": name,
-                    "objectives": n,
-                    "topk": args.topk,
-                    "tasks": len(episodes),
-                    "peak_tokens": float(np.mean([m["peak_tokens"] for m in mem])),
-                    "dependency": float(np.mean([m["dependency"] for m in mem])),
-                    "seconds": float(np.mean([ep.seconds for ep in episodes])),
-                    "em": float(np.mean([ep.info.get("em", 0.0) for ep in episodes])),
-                    "f1": float(np.mean([ep.info.get("f1", 0.0) for ep in episodes])),
-                    "turns": float(np.mean([len(ep) for ep in episodes])),
-                }
-            )
-            logger.info("N=%d %s: %s", n, name, rows[-1])
-        for env in envs:
-            env.close()
+                logger.info("N=%d %s: %s", n, name, rows[-1])
+            for env in envs:
+                env.close()
     title = _ratios(rows)
     write_report(
         NAME,
@@ -233,9 +254,13 @@ def run(args: argparse.Namespace) -> int:
         columns=[
             "model",
             "policy",
+            "series",
             "objectives",
             "topk",
+            "passage_words",
             "tasks",
+            "obs_tokens",
+            "gen_tokens",
             "peak_tokens",
             "dependency",
             "seconds",
@@ -244,24 +269,24 @@ def run(args: argparse.Namespace) -> int:
             "turns",
         ],
         plots=[
-            Plot(x="objectives", y="peak_tokens", group="policy", logy=True),
-            Plot(x="objectives", y="dependency", group="policy", logy=True),
-            Plot(x="objectives", y="seconds", group="policy"),
-            Plot(x="objectives", y="em", group="policy"),
+            Plot(x="objectives", y="peak_tokens", group="series", logy=True),
+            Plot(x="objectives", y="dependency", group="series", logy=True),
+            Plot(x="objectives", y="seconds", group="series"),
+            Plot(x="objectives", y="em", group="series"),
         ],
     )
     return 0
 
 
 def _ratios(rows: list[dict[str, Any]]) -> str:
-    """A title with mem1/full ratios of peak tokens and dependency per N."""
-    by = {(r["policy"], r["objectives"]): r for r in rows}
+    """A title with mem1/full ratios of peak tokens and dependency per passage length and N."""
+    by = {(r["passage_words"], r["policy"], r["objectives"]): r for r in rows}
     parts = []
-    for (policy, n), r in sorted(by.items(), key=lambda kv: kv[0][1]):
-        full = by.get(("full", n))
+    for (words, policy, n), r in sorted(by.items(), key=lambda kv: (kv[0][0], kv[0][2])):
+        full = by.get((words, "full", n))
         if policy == "mem1" and full and full["peak_tokens"] and full["dependency"]:
             parts.append(
-                f"N={n}: peak {r['peak_tokens'] / full['peak_tokens']:.3f}, "
+                f"{words or 'short'}/N={n}: peak {r['peak_tokens'] / full['peak_tokens']:.3f}, "
                 f"dependency {r['dependency'] / full['dependency']:.3f}"
             )
     return "MEM1 vs full context (mem1/full: " + "; ".join(parts) + ")" if parts else NAME

@@ -33,6 +33,13 @@ class WarmStartSettings:
     """Packed rows per optimizer step."""
     task_offset: int = 0
     """First train-split task index the scripted agent plays."""
+    env_config: dict[str, Any] = field(default_factory=dict)
+    """env.config overrides for the scripted episodes, e.g. ``{test_fraction: 0.5}`` so the warm
+    start sees only part of the train questions and RL also meets questions it never imitated."""
+
+    def env(self, env_config: dict[str, Any]) -> dict[str, Any]:
+        """The env.config the scripted episodes run on: ``env_config`` with the overrides."""
+        return {**env_config, **self.env_config}
 
     def validate(self, where: str) -> None:
         if self.episodes < 0 or self.epochs < 1 or self.lr <= 0 or self.rows_per_batch < 1:

@@ -104,7 +104,7 @@ class Mem1Algorithm(Algorithm):
         ws = s.warm_start
         episodes = scripted_episodes(
             self.config.text_env_id,
-            dict(self.config.env_config),
+            ws.env(dict(self.config.env_config)),
             self._tokenizer,
             policy=self.config.context_policy,
             prompt=s.prompt,

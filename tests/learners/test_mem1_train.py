@@ -50,7 +50,7 @@ def test_ppo_per_turn_with_a_remote_runner_and_warm_start(tmp_path):
         sequence_mode="per_turn",
         eval_every=1,
         eval_tasks=2,
-        warm_start={"episodes": 4, "epochs": 1},
+        warm_start={"episodes": 4, "epochs": 1, "env_config": {"test_fraction": 0.5}},
     )
     run = tmp_path / "ppo_run"
     out = memrl_cli(

@@ -40,6 +40,9 @@ class DocQAConfig:
 
     synthetic_passages: int = 1000
     """Size of the synthetic KB used when no ``tasks`` file is given."""
+    synthetic_passage_words: int = 0
+    """Length of synthetic passages: 0 for short ones (~24 words), N > 0 pads each to exactly N
+    words with background sentences (100: like the Wikipedia passages MEM1 retrieves)."""
     seed: int = 0
     """World seed: the synthetic KB and the synthetic tasks (episodes are seeded by reset)."""
     objectives: int = 2
@@ -138,7 +141,9 @@ class DocQAEnv(gym.Env):
 
             return RayRetriever(cfg.ray_service)
         if cfg.tasks is None:
-            return resources.synthetic_retriever(cfg.synthetic_passages, cfg.seed)
+            return resources.synthetic_retriever(
+                cfg.synthetic_passages, cfg.seed, passage_words=cfg.synthetic_passage_words
+            )
         return resources.local_retriever(cfg.corpus, cfg.index, cfg.index_kind)
 
     # -- gymnasium API -----------------------------------------------------------------------
@@ -291,6 +296,12 @@ def _validate(cfg: DocQAConfig) -> None:
     if cfg.reward not in REWARDS:
         raise ValueError(f"reward must be one of {list(REWARDS)}, got {cfg.reward!r}")
     check_topk(cfg.topk)
+    words = cfg.synthetic_passage_words
+    if isinstance(words, bool) or not isinstance(words, int) or words < 0:
+        raise ValueError(
+            f"synthetic_passage_words must be an int >= 0 (0: short passages; 100: "
+            f"Wikipedia-like), got {words!r}"
+        )
     for name in ("max_turns", "objectives", "num_tasks", "max_query_chars", "max_info_chars"):
         value = getattr(cfg, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:

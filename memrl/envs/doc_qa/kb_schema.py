@@ -51,6 +51,42 @@ FILLER_SENTENCES = (
     "An exhibition once presented documents related to {s}.",
 )
 
+# Background sentences that pad passages to a realistic length (``SyntheticKB(passage_words=...)``,
+# e.g. ~100 words like the DPR Wikipedia passages MEM1 retrieves). They name the entity but state
+# no fact, and avoid every word of the relations' sentences and search keywords, so padding never
+# changes an answer or what a keyword search finds. A prime count, so a stride walk visits them all.
+BACKGROUND_SENTENCES = (
+    "An illustrated guide to the area devotes a short chapter to {s}.",
+    "Several letters that mention {s} are kept in a private collection.",
+    "Local newspapers printed a long profile of {s} during one busy summer.",
+    "Accounts of {s} differ in small details from one source to another.",
+    "A documentary team once spent two weeks gathering material about {s}.",
+    "Students sometimes write essays about {s} as part of their coursework.",
+    "The name {s} appears in an old travel diary kept by a merchant.",
+    "Photographs related to {s} were shown at a small gallery one spring.",
+    "Some readers first learned about {s} from a popular radio programme.",
+    "An encyclopedia entry on {s} was revised after new sources came to light.",
+    "Critics praised the careful research in a recent book about {s}.",
+    "A walking tour mentions {s} at one of its stops near the old market.",
+    "Archivists catalogued a box of papers concerning {s} last decade.",
+    "Many anecdotes about {s} circulate among residents of the region.",
+    "A museum label briefly describes {s} next to a display of maps.",
+    "Researchers have compared {s} with similar cases from other regions.",
+    "The story of {s} was retold in a magazine series about forgotten lives.",
+    "A commemorative plaque refers to {s} near the entrance of the library.",
+    "Several conferences have included talks touching on {s}.",
+    "An online forum hosts a long discussion thread about {s}.",
+    "Teachers occasionally use {s} as an example in geography lessons.",
+    "Translations of articles about {s} exist in three languages.",
+    "A collector owns several postcards showing scenes linked to {s}.",
+    "Tour guides tell a colourful legend involving {s} to visitors.",
+    "A local society meets each autumn to share new findings about {s}.",
+    "Old maps of the district include a small note referring to {s}.",
+    "A radio drama loosely inspired by {s} was broadcast one winter.",
+    "The earliest printed reference to {s} is a brief notice in a gazette.",
+    "Visitors leave comments about {s} in a guestbook at the town hall.",
+)
+
 ENTITY_TYPES = ("person", "city", "org", "country")
 
 

@@ -24,22 +24,27 @@ def _cached(key: tuple, build):
         return _CACHE[key]
 
 
-def synthetic_kb(num_passages: int, seed: int):
-    """The ``SyntheticKB`` of (num_passages, seed), built once per process."""
+def synthetic_kb(num_passages: int, seed: int, passage_words: int = 0):
+    """The ``SyntheticKB`` of (num_passages, seed, passage_words), built once per process."""
     from memrl.envs.doc_qa.synthetic import SyntheticKB
 
-    return _cached(("kb", num_passages, seed), lambda: SyntheticKB(num_passages, seed))
+    return _cached(
+        ("kb", num_passages, seed, passage_words),
+        lambda: SyntheticKB(num_passages, seed, passage_words),
+    )
 
 
-def synthetic_retriever(num_passages: int, seed: int, show_progress: bool = False):
+def synthetic_retriever(
+    num_passages: int, seed: int, show_progress: bool = False, passage_words: int = 0
+):
     """A BM25 ``LocalRetriever`` over the synthetic KB's corpus, built once per process."""
     from memrl.envs.retrieval.local import LocalRetriever, build_index
 
     def build():
-        corpus = synthetic_kb(num_passages, seed).corpus
+        corpus = synthetic_kb(num_passages, seed, passage_words).corpus
         return LocalRetriever(corpus, build_index(corpus, "bm25", show_progress=show_progress))
 
-    return _cached(("synthetic_retriever", num_passages, seed), build)
+    return _cached(("synthetic_retriever", num_passages, seed, passage_words), build)
 
 
 def local_retriever(corpus_path: str | None, index_path: str | None, kind: str = "bm25"):

@@ -13,6 +13,11 @@ a fact of the entity found (two-hop, e.g. "In which country was X born?").
 Scale: entities come in groups of 1 country, 4 cities, 5 organizations and 20 people (55 passages);
 the remainder up to ``num_passages`` are extra passages about people (pastime, instrument, pet), so
 the corpus has exactly ``num_passages`` rows for any size from 55 up to millions.
+
+Length: by default a passage is its facts plus one filler sentence (~24 words, ~45 tokens).
+``passage_words=100`` pads every passage with background sentences about its entity (seeded, no
+facts in them) and cuts it at exactly 100 words, like the 100-word Wikipedia passages (DPR
+wiki-2018) that MEM1 retrieves top-3 of; facts always come first and are never cut.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from functools import cached_property
 import numpy as np
 
 from memrl.envs.doc_qa.kb_schema import (
+    BACKGROUND_SENTENCES,
     CHAINS,
     ENTITY_TYPES,
     FILLER_SENTENCES,
@@ -44,6 +50,9 @@ MIN_PASSAGES = 55
 """Smallest corpus: one group of entities."""
 MAX_PASSAGES = 20_000_000
 """Largest corpus (the name pools run out beyond it)."""
+
+MAX_PASSAGE_WORDS = 1000
+"""Longest padded passage (``passage_words``)."""
 
 GROUP_PASSAGES = 55
 PEOPLE_PER_GROUP, ORGS_PER_GROUP, CITIES_PER_GROUP = 20, 5, 4
@@ -67,9 +76,13 @@ class SyntheticKB:
     Args:
         num_passages: exact number of passages (``MIN_PASSAGES`` to ``MAX_PASSAGES``).
         seed: world seed; the same (num_passages, seed) gives the same world on any machine.
+        passage_words: 0 (default) for short passages (facts + one filler sentence); N > 0 pads
+            each passage with background sentences about its entity to exactly N words (a passage
+            whose facts alone are longer is kept whole). The facts, questions and answers do not
+            depend on it.
     """
 
-    def __init__(self, num_passages: int, seed: int = 0) -> None:
+    def __init__(self, num_passages: int, seed: int = 0, passage_words: int = 0) -> None:
         if isinstance(num_passages, bool) or not isinstance(num_passages, int):
             raise TypeError(f"num_passages must be an int, got {num_passages!r}")
         if not MIN_PASSAGES <= num_passages <= MAX_PASSAGES:
@@ -77,8 +90,16 @@ class SyntheticKB:
                 f"A synthetic KB has {MIN_PASSAGES} to {MAX_PASSAGES} passages, got "
                 f"{num_passages}; pick a size in that range."
             )
+        if isinstance(passage_words, bool) or not isinstance(passage_words, int):
+            raise TypeError(f"passage_words must be an int, got {passage_words!r}")
+        if not 0 <= passage_words <= MAX_PASSAGE_WORDS:
+            raise ValueError(
+                f"passage_words must be 0 (short passages) or a word count up to "
+                f"{MAX_PASSAGE_WORDS}, got {passage_words}; 100 matches Wikipedia passages."
+            )
         self.num_passages = num_passages
         self.seed = seed
+        self.passage_words = passage_words
         rng = np.random.default_rng([seed, num_passages])
         groups = num_passages // GROUP_PASSAGES
         self.counts = {
@@ -127,6 +148,14 @@ class SyntheticKB:
         self._extra_slots[:rest] += 1
         self._variants = rng.integers(0, 2, (len(RELATIONS), max(npeople, ncities, norgs)))
         self._fillers = rng.integers(0, len(FILLER_SENTENCES), num_passages)
+        if passage_words:
+            # Own generator, so the world (and the short passages) do not depend on the option.
+            # Passage i walks the background sentences from start[i] with stride[i]; the count is
+            # prime, so any stride in 1..count-1 visits every sentence once before repeating.
+            pad_rng = np.random.default_rng([seed, num_passages, 1])
+            count = len(BACKGROUND_SENTENCES)
+            self._pad_start = pad_rng.integers(0, count, num_passages)
+            self._pad_stride = pad_rng.integers(1, count, num_passages)
 
     def _draw_names(self, rng: np.random.Generator) -> dict[str, list[str]]:
         npeople, ncities, norgs, ncountries = (self.counts[t] for t in ENTITY_TYPES)
@@ -276,9 +305,24 @@ class SyntheticKB:
         value, _ = self.value(relation, subject)
         return rel.sentences[variant].format(s=self.name(rel.subject, subject), o=value)
 
+    def _pad(self, text: str, name: str, index: int) -> str:
+        """``text`` padded with background sentences about ``name`` to ``passage_words`` words."""
+        words = text.split()
+        target = self.passage_words
+        if len(words) >= target:
+            return text
+        count = len(BACKGROUND_SENTENCES)
+        start, stride = int(self._pad_start[index]), int(self._pad_stride[index])
+        k = 0
+        while len(words) < target:
+            words += BACKGROUND_SENTENCES[(start + k * stride) % count].format(s=name).split()
+            k += 1
+        return " ".join(words[:target])
+
     def passages(self):
         """Yields ``(id, title, text)`` for every passage, in corpus order."""
         filler = iter(self._fillers.tolist())
+        index = 0
         by_slot: dict[tuple[str, int], list[str]] = {}
         for rel in RELATIONS.values():
             by_slot.setdefault((rel.subject, rel.slot), []).append(rel.name)
@@ -294,6 +338,9 @@ class SyntheticKB:
                         self._sentence(r, subject) for r in by_slot[(entity_type, slot)]
                     )
                     text = f"{facts} {FILLER_SENTENCES[next(filler)].format(s=name)}"
+                    if self.passage_words:
+                        text = self._pad(text, name, index)
+                    index += 1
                     yield f"{entity_type}{subject}-{slot}", name, text
 
     @cached_property

@@ -145,6 +145,23 @@ def test_observation_is_capped():
     assert obs.count(" ...") == 3
 
 
+def test_wikipedia_length_passages_are_retrieved_and_still_answerable():
+    from memrl.envs.doc_qa.agent import ScriptedAgent, run_episode
+
+    env = DocQAEnv(**{**SMALL, "synthetic_passages": 110}, synthetic_passage_words=100)
+    env.reset(seed=0)
+    obs, *_ = env.step(f"<search>{env.task.questions[0]}</search>")
+    docs = [line for line in obs.splitlines() if DOC_LINE.match(line)]
+    assert len(docs) == 3
+    for line in docs:
+        assert len(line.split(") ", 1)[1].split()) == 100
+    for i in range(5):  # the padding neither hides nor changes a fact
+        result = run_episode(env, ScriptedAgent(env.tags), options={"task_index": i})
+        assert result["reward"] == 2.0
+    with pytest.raises(ValueError, match="synthetic_passage_words must be an int >= 0"):
+        DocQAEnv(**SMALL, synthetic_passage_words=-5)
+
+
 _tricky = st.one_of(
     st.text(max_size=300),
     st.builds(lambda a, b: f"<search>{a}</search>{b}", st.text(max_size=200), st.text(max_size=50)),

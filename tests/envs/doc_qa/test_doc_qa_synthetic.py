@@ -90,3 +90,43 @@ def test_scales_to_large_corpora_quickly():
     corpus = kb.corpus
     assert len(corpus) == 100_000
     assert corpus[99_999].title  # the last passage is a country, rendered like the rest
+
+
+def test_padded_passages_have_the_requested_length_and_the_same_facts():
+    short = SyntheticKB(110, seed=4)
+    long = SyntheticKB(110, seed=4, passage_words=100)
+    pairs = list(zip(short.passages(), long.passages(), strict=True))
+    for (pid_a, title_a, text_a), (pid_b, title_b, text_b) in pairs:
+        assert (pid_a, title_a) == (pid_b, title_b)
+        assert len(text_b.split()) == 100
+        assert text_b.startswith(text_a.split(". ")[0])  # the facts come first, uncut
+    # Every question reads the same answer from the padded passages as from the short ones.
+    by_title = {}
+    for _pid, title, text in long.passages():
+        by_title.setdefault(title, []).append(text)
+    rng = np.random.default_rng(1)
+    questions = long.sample_questions(60, rng, "train", multi_hop_fraction=0.5)
+    assert questions == short.sample_questions(
+        60, np.random.default_rng(1), "train", multi_hop_fraction=0.5
+    )
+    for question in questions:
+        relations, subject = parse_question(question.question)
+        for relation in relations:
+            values = {extract_fact(relation, subject, t) for t in by_title[subject]} - {None}
+            assert len(values) == 1, (question, relation)
+            subject = values.pop()
+        assert subject == question.answers[0]
+    # Deterministic, and the default stays the short corpus.
+    again = SyntheticKB(110, seed=4, passage_words=100).corpus.table
+    assert again.equals(long.corpus.table)
+    assert SyntheticKB(110, seed=4, passage_words=0).corpus.table.equals(short.corpus.table)
+
+
+def test_passage_words_limits_are_explained():
+    with pytest.raises(ValueError, match="passage_words must be 0"):
+        SyntheticKB(55, passage_words=-1)
+    with pytest.raises(TypeError, match="passage_words"):
+        SyntheticKB(55, passage_words=100.0)
+    # A length shorter than the facts keeps the passage whole.
+    kb = SyntheticKB(55, passage_words=5)
+    assert [t for _, _, t in kb.passages()] == [t for _, _, t in SyntheticKB(55).passages()]
