@@ -115,6 +115,14 @@ def ray_session(
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+        if not address:
+            # Ray keeps the auth mode and the token it loaded for the process's life: make it
+            # forget ours, so that a later plain ray.init() in this process (a test, a notebook)
+            # uses the restored environment instead of a token nothing else has.
+            from ray._raylet import AuthenticationTokenLoader, Config
+
+            Config.initialize("")
+            AuthenticationTokenLoader.instance().reset_cache()
         if temp_dir:
             if failed and keep_temp_on_error:
                 logger.warning("Ray's logs of this run are kept in %s", temp_dir)

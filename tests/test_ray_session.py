@@ -58,6 +58,38 @@ def test_session_after_a_plain_ray_init_in_the_same_process(tmp_path):
     assert (tmp_path / ".ray" / "auth_token").is_file()  # Ray's own init wrote it; memrl did not
 
 
+SESSION_THEN_PLAIN_INIT = textwrap.dedent(
+    """
+    import shutil, tempfile
+    import ray
+    from memrl.ray_session import ray_session
+
+    with ray_session(None, num_cpus=1):
+        assert ray.get(ray.remote(lambda: 1).remote()) == 1
+    temp = tempfile.mkdtemp(prefix="ray-plain-")
+    ray.init(num_cpus=1, include_dashboard=False, _temp_dir=temp)
+    assert ray.get(ray.remote(lambda: 41 + 1).remote()) == 42
+    ray.shutdown()
+    shutil.rmtree(temp, ignore_errors=True)
+    print("PLAIN-OK")
+    """
+)
+
+
+def test_plain_ray_init_after_a_session_in_the_same_process(tmp_path):
+    """The session's token must not outlive it in Ray's caches (it broke later plain inits)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+    env["HOME"] = str(tmp_path)
+    out = subprocess.run(
+        [sys.executable, "-c", SESSION_THEN_PLAIN_INIT],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0 and "PLAIN-OK" in out.stdout, out.stdout + out.stderr[-3000:]
+
+
 def test_a_failing_block_keeps_ray_logs(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
     with pytest.raises(RuntimeError, match="boom"):
