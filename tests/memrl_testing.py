@@ -25,6 +25,18 @@ TINY = {
 }
 
 
+TINY_MEMO = {
+    "type": "memo",
+    "d_model": 16,
+    "n_layers": 1,
+    "n_heads": 2,
+    "l_seg": 8,
+    "l_sum": 2,
+    "encoder_hiddens": [16],
+}
+"""A Memo model small enough for one-iteration RLlib tests (merge what a test varies)."""
+
+
 def write_config(path: Path, data: dict[str, Any] | None = None, **overrides: Any) -> Path:
     """Writes TINY (or data) with top-level sections updated from overrides."""
     cfg = {k: (dict(v) if isinstance(v, dict) else v) for k, v in (data or TINY).items()}

@@ -43,18 +43,19 @@ PLAIN_INIT_THEN_SESSION = textwrap.dedent(
 )
 
 
+def _scenario(script: str, home: Path, marker: str) -> None:
+    """Runs a scenario in a fresh interpreter with no RAY_AUTH_* variables and HOME=home."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+    env["HOME"] = str(home)
+    out = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0 and marker in out.stdout, out.stdout + out.stderr[-3000:]
+
+
 def test_session_after_a_plain_ray_init_in_the_same_process(tmp_path):
     """Ray caches the first token it loads; memrl's fresh token must still be the one used."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
-    env["HOME"] = str(tmp_path)
-    out = subprocess.run(
-        [sys.executable, "-c", PLAIN_INIT_THEN_SESSION],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert out.returncode == 0 and "SESSION-OK" in out.stdout, out.stdout + out.stderr[-3000:]
+    _scenario(PLAIN_INIT_THEN_SESSION, tmp_path, "SESSION-OK")
     assert (tmp_path / ".ray" / "auth_token").is_file()  # Ray's own init wrote it; memrl did not
 
 
@@ -78,16 +79,7 @@ SESSION_THEN_PLAIN_INIT = textwrap.dedent(
 
 def test_plain_ray_init_after_a_session_in_the_same_process(tmp_path):
     """The session's token must not outlive it in Ray's caches (it broke later plain inits)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
-    env["HOME"] = str(tmp_path)
-    out = subprocess.run(
-        [sys.executable, "-c", SESSION_THEN_PLAIN_INIT],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert out.returncode == 0 and "PLAIN-OK" in out.stdout, out.stdout + out.stderr[-3000:]
+    _scenario(SESSION_THEN_PLAIN_INIT, tmp_path, "PLAIN-OK")
 
 
 def test_a_failing_block_keeps_ray_logs(tmp_path, monkeypatch):

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from memrl_testing import TINY_MEMO
 
 from memrl.bench import objnav_memo
 from memrl.envs.objnav import ObjNavConfig, ObjNavVec
@@ -102,13 +103,8 @@ def test_bench_evaluates_a_trained_run(tmp_path):
             "env": {"id": "memrl/ObjNav-v0", "config": ENV},
             "algorithm": {"name": "ppo", "train_batch_size": 48, "minibatch_size": 48},
             "model": {
-                "type": "memo",
-                "d_model": 16,
-                "n_layers": 1,
-                "n_heads": 2,
-                "l_seg": 8,
+                **TINY_MEMO,
                 "l_sum": 4,
-                "encoder_hiddens": [16],
                 "partial_update_steps": 24,
             },
             "resources": {"num_env_runners": 0, "num_envs_per_env_runner": 2},

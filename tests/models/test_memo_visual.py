@@ -6,6 +6,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from memrl_testing import TINY_MEMO
 from ray.rllib.core.columns import Columns
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 
@@ -212,13 +213,7 @@ def test_learner_updates_leave_the_frozen_encoder_unchanged():
                 "num_epochs": 2,
             },
             "model": {
-                "type": "memo",
-                "d_model": 16,
-                "n_layers": 1,
-                "n_heads": 2,
-                "l_seg": 8,
-                "l_sum": 2,
-                "encoder_hiddens": [16],
+                **TINY_MEMO,
                 "image_obs": "view",
                 "image_channels": [4],
                 "image_features": 8,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 import pytest
+from memrl_testing import TINY_MEMO
 
 from memrl.envs.objnav import ObjNavEnv, ObjNavVectorEnv
 
@@ -82,16 +83,7 @@ def test_memo_trains_on_the_vector_env_through_rllib(monkeypatch):
         {
             "env": {"id": "memrl/ObjNav-v0", "config": {**CONFIG, "trial_len": 40}},
             "algorithm": {"name": "ppo", "train_batch_size": 60, "minibatch_size": 30},
-            "model": {
-                "type": "memo",
-                "d_model": 16,
-                "n_layers": 1,
-                "n_heads": 2,
-                "l_seg": 8,
-                "l_sum": 2,
-                "encoder_hiddens": [16],
-                "partial_update_steps": 20,
-            },
+            "model": {**TINY_MEMO, "partial_update_steps": 20},
             "resources": {"num_env_runners": 0, "num_envs_per_env_runner": 3},
         }
     )
