@@ -32,17 +32,17 @@ class InnerEpisodeMetrics(RLlibCallback):
     ) -> None:
         if metrics_logger is None:
             return
-        returns: list[float] = []
-        success: list[bool] = []
-        for chunk in [*(prev_episode_chunks or []), episode]:
-            # Index 0 is the info of the chunk's first observation: the reset's, or the last
-            # step of the previous chunk (a continuation chunk starts where that one ended).
-            for info in chunk.get_infos()[1:]:
-                if info and isinstance(info, dict) and info.get("inner_episode_done"):
-                    returns.append(float(info.get("inner_episode_return", 0.0)))
-                    success.append(bool(info.get("inner_episode_success")))
-        if not returns:
+        # Index 0 of a chunk's infos is its first observation's: the reset's, or the last step
+        # of the previous chunk (a continuation chunk starts where that one ended).
+        ends = [
+            end
+            for chunk in [*(prev_episode_chunks or []), episode]
+            for end in _inner_episode_ends(chunk.get_infos()[1:])
+        ]
+        if not ends:
             return
+        returns = [r for r, _ in ends]
+        success = [ok for _, ok in ends]
         for k, ret in enumerate(returns[:MAX_INDEXED]):
             metrics_logger.log_value(f"inner_return_{k}", ret, reduce="mean", window=100)
         if len(returns) > MAX_INDEXED:
@@ -67,15 +67,13 @@ def inner_episode_stats(episodes: list[Any]) -> dict[str, Any]:
     successes: list[bool] = []
     counts = []
     for ep in episodes:
-        n = 0
-        for info in ep.get_infos():
-            if isinstance(info, dict) and info.get("inner_episode_done"):
-                if n >= len(per_index):
-                    per_index.append([])
-                per_index[n].append(float(info.get("inner_episode_return", 0.0)))
-                successes.append(bool(info.get("inner_episode_success")))
-                n += 1
-        counts.append(n)
+        ends = _inner_episode_ends(ep.get_infos())
+        for n, (ret, ok) in enumerate(ends):
+            if n >= len(per_index):
+                per_index.append([])
+            per_index[n].append(ret)
+            successes.append(ok)
+        counts.append(len(ends))
     if not successes:
         return {}
     return {
@@ -83,3 +81,12 @@ def inner_episode_stats(episodes: list[Any]) -> dict[str, Any]:
         "inner_success_rate": sum(successes) / len(successes),
         "inner_episodes_mean": sum(counts) / len(counts),
     }
+
+
+def _inner_episode_ends(infos: Any) -> list[tuple[float, bool]]:
+    """(return, success) of every inner episode that ends at one of these steps' infos."""
+    return [
+        (float(info.get("inner_episode_return", 0.0)), bool(info.get("inner_episode_success")))
+        for info in infos
+        if info and isinstance(info, dict) and info.get("inner_episode_done")
+    ]

@@ -264,19 +264,11 @@ class DarkKeyToDoorVectorEnv(gym.vector.VectorEnv):
     def step(
         self, actions: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
-        if not self._started:
-            raise RuntimeError("DarkKeyToDoorVectorEnv.step() called before reset()")
-        actions = np.asarray(actions)
-        if actions.shape != (self.num_envs,):
-            raise ValueError(
-                f"actions must have shape ({self.num_envs},), one per env; got {actions.shape}"
-            )
-        if actions.dtype.kind not in "iu" or actions.min() < 0 or actions.max() >= NUM_ACTIONS:
-            raise ValueError(
-                f"actions must be ints in [0, {NUM_ACTIONS}), got {actions.dtype} values "
-                f"{actions.min()}..{actions.max()}"
-            )
-        actions = actions.astype(np.int64)
+        from memrl.envs.vector_utils import check_actions
+
+        actions = check_actions(
+            actions, self.num_envs, NUM_ACTIONS, self._started, "DarkKeyToDoorVectorEnv"
+        )
         n = self.num_envs
         restart = self._needs_reset.copy()
         live = ~restart

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 def per_env_seeds(seed: int | list[int | None] | None, num_envs: int) -> list[int | None]:
     """The seed of each env for ``VectorEnv.reset(seed=...)``, as gymnasium's SyncVectorEnv does it:
@@ -22,3 +24,25 @@ def per_env_seeds(seed: int | list[int | None] | None, num_envs: int) -> list[in
             "gets seed + i) or one seed per env"
         )
     return seeds
+
+
+def check_actions(actions: Any, num_envs: int, num_actions: int, started: bool, env: str) -> Any:
+    """The actions of one ``VectorEnv.step`` as an int64 array, or a clear error.
+
+    Raises:
+        RuntimeError: step() before reset().
+        ValueError: not one int in ``[0, num_actions)`` per env.
+    """
+    import numpy as np
+
+    if not started:
+        raise RuntimeError(f"{env}.step() called before reset(); call reset() first")
+    actions = np.asarray(actions)
+    if actions.shape != (num_envs,):
+        raise ValueError(f"actions must have shape ({num_envs},), one per env; got {actions.shape}")
+    if actions.dtype.kind not in "iu" or actions.min() < 0 or actions.max() >= num_actions:
+        raise ValueError(
+            f"actions must be ints in [0, {num_actions}), got {actions.dtype} values "
+            f"{actions.min()}..{actions.max()}"
+        )
+    return actions.astype(np.int64)

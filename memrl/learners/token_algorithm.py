@@ -97,6 +97,17 @@ class Mem1Algorithm(Algorithm):
         self._iteration_seed = int(self.config.seed or 0)
         self.warm_start_losses: list[float] = []  # one loss per warm-start step, once it has run
 
+    def _rows(self, episodes: list[Any]) -> dict[str, Any]:
+        """The learner rows of these episodes, in the configured sequence mode."""
+        s = self.config.mem1
+        return build_rows(
+            episodes,
+            self.config.context_policy,
+            s.sequence_mode,
+            s.max_tokens_per_row,
+            self._tokenizer.pad_token_id,
+        )
+
     def _warm_start(self) -> None:
         from memrl.learners.token_warm_start import scripted_episodes
 
@@ -112,13 +123,7 @@ class Mem1Algorithm(Algorithm):
             task_offset=ws.task_offset,
             max_obs_tokens=s.max_obs_tokens,
         )
-        cols = build_rows(
-            episodes,
-            self.config.context_policy,
-            s.sequence_mode,
-            s.max_tokens_per_row,
-            self._tokenizer.pad_token_id,
-        )
+        cols = self._rows(episodes)
         # Every learner fits the same rows from the same weights with the same seed, so several
         # learners stay in step without gradient all-reduce (the lambda captures no Algorithm).
         seed = self._iteration_seed
@@ -160,13 +165,7 @@ class Mem1Algorithm(Algorithm):
         evaluation = self._maybe_evaluate()
 
         with self.metrics.log_time((TIMERS, LEARNER_UPDATE_TIMER)):
-            cols = build_rows(
-                episodes,
-                self.config.context_policy,
-                s.sequence_mode,
-                s.max_tokens_per_row,
-                self._tokenizer.pad_token_id,
-            )
+            cols = self._rows(episodes)
             rows_per_chunk = max(1, -(-cols["input_ids"].shape[0] // s.num_minibatches))
             scored = _first(
                 self.learner_group.foreach_learner(

@@ -120,22 +120,30 @@ class TextEnvRunner(EnvRunner, Checkpointable):
                     groups.append(f"w{self.worker_index}-r{self._round}-g{slot}")
                     seeds.append(seed)
             self._round += 1
-            episodes = rollout(
-                self.envs,
-                self.backend,
-                self.tokenizer,
-                policy=self.policy,
-                prompt=s.prompt,
-                max_tokens_per_turn=s.max_tokens_per_turn,
-                max_obs_tokens=s.max_obs_tokens,
-                reset_options=options,
-                group_ids=groups,
-                seeds=seeds,
-                greedy=not explore,
+            episodes = self._rollout(
+                self.envs, options, greedy=not explore, group_ids=groups, seeds=seeds
             )
             self._log_episodes(episodes)
             out += episodes
         return out[:num_episodes] if num_episodes is not None else out
+
+    def _rollout(
+        self, envs: list[Any], options: list[Any], *, greedy: bool, **kwargs: Any
+    ) -> list[TextEpisode]:
+        """One episode per env with this runner's model, policy and limits."""
+        s = self.settings
+        return rollout(
+            envs,
+            self.backend,
+            self.tokenizer,
+            policy=self.policy,
+            prompt=s.prompt,
+            max_tokens_per_turn=s.max_tokens_per_turn,
+            max_obs_tokens=s.max_obs_tokens,
+            reset_options=options,
+            greedy=greedy,
+            **kwargs,
+        )
 
     def evaluate(self, task_indices: list[int]) -> list[dict[str, float]]:
         """Greedy episodes on the evaluation split (``eval_env_config``), one row per task."""
@@ -148,16 +156,8 @@ class TextEnvRunner(EnvRunner, Checkpointable):
         n = len(self._eval_envs)
         for start in range(0, len(task_indices), n):
             chunk = task_indices[start : start + n]
-            episodes = rollout(
-                self._eval_envs[: len(chunk)],
-                self.backend,
-                self.tokenizer,
-                policy=self.policy,
-                prompt=s.prompt,
-                max_tokens_per_turn=s.max_tokens_per_turn,
-                max_obs_tokens=s.max_obs_tokens,
-                reset_options=[{"task_index": t} for t in chunk],
-                greedy=True,
+            episodes = self._rollout(
+                self._eval_envs[: len(chunk)], [{"task_index": t} for t in chunk], greedy=True
             )
             for ep in episodes:
                 rows.append(

@@ -91,14 +91,15 @@ class ObjNavVectorEnv(gym.vector.VectorEnv):
     def step(
         self, actions: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
-        if not self._started:
-            raise RuntimeError("ObjNavVectorEnv.step() called before reset(); call reset() first")
-        actions = np.asarray(actions)
-        if actions.shape != (self.num_envs,) or actions.dtype.kind not in "iu":
-            raise ValueError(
-                f"actions must be an int array of shape ({self.num_envs},), got dtype "
-                f"{actions.dtype} shape {actions.shape}"
-            )
+        from memrl.envs.vector_utils import check_actions
+
+        actions = check_actions(
+            actions,
+            self.num_envs,
+            int(self.single_action_space.n),
+            self._started,
+            "ObjNavVectorEnv",
+        )
         vec = self.vec
         restart = self._needs_reset.copy()
         # Envs whose trial ended last step only get reset; a turn there draws nothing random

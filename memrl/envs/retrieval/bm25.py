@@ -14,6 +14,7 @@ import re
 import time
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -109,8 +110,7 @@ class BM25Index:
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         self._model.save(str(folder), show_progress=False)
-        meta = {"kind": self.kind, "num_docs": self.num_docs, "tokenizer": "memrl-v1"}
-        (folder / INDEX_META).write_text(json.dumps({**meta, **(extra_meta or {})}))
+        write_index_meta(folder, self, {"tokenizer": "memrl-v1", **(extra_meta or {})})
         return folder
 
     @classmethod
@@ -157,6 +157,12 @@ def _top_positive(scores: np.ndarray, topk: int) -> list[tuple[int, float]]:
     # Stable on ties: higher score first, then lower row index, so results are reproducible.
     order = np.lexsort((cand, -scores[cand]))
     return [(int(cand[i]), float(scores[cand[i]])) for i in order]
+
+
+def write_index_meta(folder: Path, index: Any, extra: dict[str, Any]) -> None:
+    """Writes the ``memrl_index.json`` of an index folder: its kind, size and ``extra``."""
+    meta = {"kind": index.kind, "num_docs": index.num_docs, **extra}
+    (folder / INDEX_META).write_text(json.dumps(meta))
 
 
 def read_index_meta(folder: str | Path) -> dict:

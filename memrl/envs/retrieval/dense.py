@@ -13,7 +13,6 @@ Vectors are L2-normalized, so inner product is cosine similarity. Search uses fa
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Iterable
@@ -21,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from memrl.envs.retrieval.bm25 import INDEX_META, read_index_meta
+from memrl.envs.retrieval.bm25 import read_index_meta, write_index_meta
 
 logger = logging.getLogger(__name__)
 
@@ -146,8 +145,7 @@ class DenseIndex:
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         np.save(folder / _EMBEDDINGS, self.embeddings)
-        meta = {"kind": self.kind, "num_docs": self.num_docs, "encoder": self.encoder.name}
-        (folder / INDEX_META).write_text(json.dumps({**meta, **(extra_meta or {})}))
+        write_index_meta(folder, self, {"encoder": self.encoder.name, **(extra_meta or {})})
         return folder
 
     @classmethod
