@@ -24,6 +24,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from memrl.envs.vector_utils import check_actions, per_env_seeds
+
 _MOVES = np.array([[0, 0], [0, 1], [0, -1], [-1, 0], [1, 0]], dtype=np.int64)
 NUM_ACTIONS = len(_MOVES)
 
@@ -249,8 +251,6 @@ class DarkKeyToDoorVectorEnv(gym.vector.VectorEnv):
         """Starts a new trial in every env; ``seed`` is an int (env i gets seed + i) or a list."""
         from gymnasium.utils import seeding
 
-        from memrl.envs.vector_utils import per_env_seeds
-
         for i, s in enumerate(per_env_seeds(seed, self.num_envs)):
             if s is not None or self._rngs[i] is None:
                 self._rngs[i] = seeding.np_random(s)[0]
@@ -264,8 +264,6 @@ class DarkKeyToDoorVectorEnv(gym.vector.VectorEnv):
     def step(
         self, actions: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
-        from memrl.envs.vector_utils import check_actions
-
         actions = check_actions(
             actions, self.num_envs, NUM_ACTIONS, self._started, "DarkKeyToDoorVectorEnv"
         )

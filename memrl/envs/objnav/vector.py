@@ -16,6 +16,7 @@ import numpy as np
 
 from memrl.envs.objnav.config import ObjNavConfig
 from memrl.envs.objnav.core import NUM_ACTIONS, TURN_LEFT, ObjNavVec
+from memrl.envs.vector_utils import check_actions, per_env_seeds
 
 
 class _PerEnvRandomVec(ObjNavVec):
@@ -80,8 +81,6 @@ class ObjNavVectorEnv(gym.vector.VectorEnv):
     ) -> tuple[np.ndarray, dict[str, Any]]:
         """Starts a new trial in every env; ``seed`` is an int (env i gets seed + i) or a list."""
         if seed is not None:
-            from memrl.envs.vector_utils import per_env_seeds
-
             self.vec.seed_envs(per_env_seeds(seed, self.num_envs))
         obs = self.vec.reset()
         self._needs_reset[:] = False
@@ -91,12 +90,10 @@ class ObjNavVectorEnv(gym.vector.VectorEnv):
     def step(
         self, actions: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
-        from memrl.envs.vector_utils import check_actions
-
         actions = check_actions(
             actions,
             self.num_envs,
-            int(self.single_action_space.n),
+            NUM_ACTIONS,
             self._started,
             "ObjNavVectorEnv",
         )
