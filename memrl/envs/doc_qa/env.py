@@ -22,7 +22,7 @@ import gymnasium as gym
 
 from memrl.envs.doc_qa import resources
 from memrl.envs.doc_qa.scoring import score
-from memrl.envs.doc_qa.tasks import SPLITS, Task
+from memrl.envs.doc_qa.tasks import SPLITS, Task, task_facts_seed
 from memrl.envs.retrieval.base import Hit, Retriever, check_topk
 from memrl.envs.text import TextTags, text_space
 
@@ -43,6 +43,10 @@ class DocQAConfig:
     synthetic_passage_words: int = 0
     """Length of synthetic passages: 0 for short ones (~24 words), N > 0 pads each to exactly N
     words with background sentences (100: like the Wikipedia passages MEM1 retrieves)."""
+    synthetic_facts_per_task: bool = False
+    """Redraw the synthetic world's facts for every task (same names and wording, new values):
+    answers can then only come from the passages retrieved in this episode, never from what a
+    model remembers of other tasks (a test of reading, not of memorizing the KB)."""
     seed: int = 0
     """World seed: the synthetic KB and the synthetic tasks (episodes are seeded by reset)."""
     objectives: int = 2
@@ -124,7 +128,7 @@ class DocQAEnv(gym.Env):
         else:
             tasks = resources.synthetic_tasks(
                 cfg.synthetic_passages, cfg.seed, cfg.objectives, cfg.num_tasks, cfg.split,
-                cfg.test_fraction, cfg.multi_hop_fraction,
+                cfg.test_fraction, cfg.multi_hop_fraction, cfg.synthetic_facts_per_task,
             )  # fmt: skip
         if not tasks:
             raise ValueError(f"No tasks in split {cfg.split!r} of {cfg.tasks}; build some first.")
@@ -166,6 +170,12 @@ class DocQAEnv(gym.Env):
         else:
             index = int(self.np_random.integers(len(self.tasks)))
         self.task = self.tasks[index]
+        if self.config.synthetic_facts_per_task:
+            cfg = self.config
+            self.retriever = resources.synthetic_retriever(
+                cfg.synthetic_passages, cfg.seed, passage_words=cfg.synthetic_passage_words,
+                facts_seed=task_facts_seed(cfg.split, index),
+            )  # fmt: skip
         self._turn = 0
         self._done = False
         self._num_searches = 0
@@ -306,6 +316,12 @@ def _validate(cfg: DocQAConfig) -> None:
         value = getattr(cfg, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
+    if cfg.synthetic_facts_per_task and (cfg.tasks is not None or cfg.retriever != "local"):
+        raise ValueError(
+            "synthetic_facts_per_task redraws the synthetic KB per task and searches it in "
+            "process: it needs the synthetic tasks (no tasks=) and retriever='local', got "
+            f"tasks={cfg.tasks!r}, retriever={cfg.retriever!r}."
+        )
     if cfg.retriever == "http" and not cfg.retrieval_url:
         raise ValueError("retriever='http' needs retrieval_url, e.g. 'http://127.0.0.1:8000'.")
     if cfg.retriever == "local" and cfg.tasks is not None and not (cfg.corpus or cfg.index):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,9 @@ logger = logging.getLogger(__name__)
 
 _LOCK = threading.RLock()
 _CACHE: dict[tuple, Any] = {}
+_WORLDS: OrderedDict[tuple, Any] = OrderedDict()
+MAX_FACT_WORLDS = 512
+"""Per-task synthetic worlds (facts redrawn per task) kept per process; ~10 ms to rebuild one."""
 
 
 def _cached(key: tuple, build):
@@ -35,16 +39,37 @@ def synthetic_kb(num_passages: int, seed: int, passage_words: int = 0):
 
 
 def synthetic_retriever(
-    num_passages: int, seed: int, show_progress: bool = False, passage_words: int = 0
+    num_passages: int,
+    seed: int,
+    show_progress: bool = False,
+    passage_words: int = 0,
+    facts_seed: int | None = None,
 ):
-    """A BM25 ``LocalRetriever`` over the synthetic KB's corpus, built once per process."""
+    """A BM25 ``LocalRetriever`` over the synthetic KB's corpus, built once per process.
+
+    With ``facts_seed``: over the KB with its facts redrawn (``SyntheticKB.with_facts``); these
+    small per-task worlds are kept in a bounded LRU (``MAX_FACT_WORLDS``) instead of the cache.
+    """
     from memrl.envs.retrieval.local import LocalRetriever, build_index
 
     def build():
-        corpus = synthetic_kb(num_passages, seed, passage_words).corpus
+        kb = synthetic_kb(num_passages, seed, passage_words)
+        if facts_seed is not None:
+            kb = kb.with_facts(facts_seed)
+        corpus = kb.corpus
         return LocalRetriever(corpus, build_index(corpus, "bm25", show_progress=show_progress))
 
-    return _cached(("synthetic_retriever", num_passages, seed, passage_words), build)
+    if facts_seed is None:
+        return _cached(("synthetic_retriever", num_passages, seed, passage_words), build)
+    key = (num_passages, seed, passage_words, facts_seed)
+    with _LOCK:
+        if key in _WORLDS:
+            _WORLDS.move_to_end(key)
+            return _WORLDS[key]
+        retriever = _WORLDS[key] = build()
+        while len(_WORLDS) > MAX_FACT_WORLDS:
+            _WORLDS.popitem(last=False)
+        return retriever
 
 
 def local_retriever(corpus_path: str | None, index_path: str | None, kind: str = "bm25"):
@@ -88,6 +113,7 @@ def synthetic_tasks(
     split: str,
     test_fraction: float,
     multi_hop_fraction: float,
+    facts_per_task: bool = False,
 ):
     """Synthetic tasks of one split, built once per process."""
     from memrl.envs.doc_qa import tasks
@@ -95,11 +121,12 @@ def synthetic_tasks(
     def build():
         kb = synthetic_kb(num_passages, seed)
         return tasks.synthetic_tasks(
-            kb, objectives, num_tasks, split, seed, test_fraction, multi_hop_fraction
-        )
+            kb, objectives, num_tasks, split, seed, test_fraction, multi_hop_fraction,
+            facts_per_task,
+        )  # fmt: skip
 
     key = ("synthetic_tasks", num_passages, seed, objectives, num_tasks, split, test_fraction,
-           multi_hop_fraction)  # fmt: skip
+           multi_hop_fraction, facts_per_task)  # fmt: skip
     return _cached(key, build)
 
 
@@ -107,3 +134,4 @@ def clear() -> None:
     """Drops everything cached (tests use it to measure cold builds)."""
     with _LOCK:
         _CACHE.clear()
+        _WORLDS.clear()

@@ -22,6 +22,7 @@ wiki-2018) that MEM1 retrieves top-3 of; facts always come first and are never c
 
 from __future__ import annotations
 
+import copy
 import zlib
 from functools import cached_property
 
@@ -111,8 +112,48 @@ class SyntheticKB:
         npeople, ncities, norgs, ncountries = (self.counts[t] for t in ENTITY_TYPES)
         self._names = self._draw_names(rng)
 
-        # Facts: one integer array per relation, indexed by subject (values index a vocabulary
-        # or another entity type; years and populations are the values themselves).
+        self.facts = self._draw_facts(rng)
+        self.facts_seed: int | None = None
+        """None for the world's own facts; else the seed they were redrawn with (``with_facts``)."""
+        # Extra passages about people fill the corpus up to exactly num_passages.
+        extra = num_passages - groups * GROUP_PASSAGES
+        self._extra_slots = np.zeros(npeople, dtype=np.int64)  # extra passages per person
+        full, rest = divmod(extra, npeople)
+        self._extra_slots[:] = full
+        self._extra_slots[:rest] += 1
+        self._variants = rng.integers(0, 2, (len(RELATIONS), max(npeople, ncities, norgs)))
+        self._fillers = rng.integers(0, len(FILLER_SENTENCES), num_passages)
+        if passage_words:
+            # Own generator, so the world (and the short passages) do not depend on the option.
+            # Passage i walks the background sentences from start[i] with stride[i]; the count is
+            # prime, so any stride in 1..count-1 visits every sentence once before repeating.
+            pad_rng = np.random.default_rng([seed, num_passages, 1])
+            count = len(BACKGROUND_SENTENCES)
+            self._pad_start = pad_rng.integers(0, count, num_passages)
+            self._pad_stride = pad_rng.integers(1, count, num_passages)
+
+    def with_facts(self, facts_seed: int) -> SyntheticKB:
+        """The same world (names, passage wording, sizes) with every fact redrawn from
+        ``facts_seed``: a population, founder or birthplace differs, a name does not.
+
+        Tasks drawn over such copies (one per task) can only be answered by reading retrieved
+        passages: no value can be remembered from another task. Cheap (a few arrays); the copy's
+        corpus is rendered on first use.
+        """
+        if isinstance(facts_seed, bool) or not isinstance(facts_seed, int) or facts_seed < 0:
+            raise ValueError(f"facts_seed must be an int >= 0, got {facts_seed!r}")
+        twin = copy.copy(self)
+        twin.__dict__.pop("corpus", None)  # the cached_property of the original world
+        twin.facts = self._draw_facts(
+            np.random.default_rng([self.seed, self.num_passages, 2, facts_seed])
+        )
+        twin.facts_seed = facts_seed
+        return twin
+
+    def _draw_facts(self, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        """Every fact of the world: one integer array per relation, indexed by subject (values
+        index a vocabulary or another entity type; years and populations are the values)."""
+        npeople, ncities, norgs, ncountries = (self.counts[t] for t in ENTITY_TYPES)
         city_country = np.concatenate(
             [np.arange(ncountries), rng.integers(0, ncountries, ncities - ncountries)]
         )
@@ -122,7 +163,7 @@ class SyntheticKB:
         for city, country in enumerate(city_country):
             if capital[country] < 0:
                 capital[country] = city
-        self.facts: dict[str, np.ndarray] = {
+        return {
             "person_born_year": rng.integers(1820, 1991, npeople),
             "person_born_in": rng.integers(0, ncities, npeople),
             "person_occupation": rng.integers(0, len(OCCUPATIONS), npeople),
@@ -140,22 +181,6 @@ class SyntheticKB:
             "country_capital": capital,
             "country_currency": rng.integers(0, len(self._names["currency"]), ncountries),
         }
-        # Extra passages about people fill the corpus up to exactly num_passages.
-        extra = num_passages - groups * GROUP_PASSAGES
-        self._extra_slots = np.zeros(npeople, dtype=np.int64)  # extra passages per person
-        full, rest = divmod(extra, npeople)
-        self._extra_slots[:] = full
-        self._extra_slots[:rest] += 1
-        self._variants = rng.integers(0, 2, (len(RELATIONS), max(npeople, ncities, norgs)))
-        self._fillers = rng.integers(0, len(FILLER_SENTENCES), num_passages)
-        if passage_words:
-            # Own generator, so the world (and the short passages) do not depend on the option.
-            # Passage i walks the background sentences from start[i] with stride[i]; the count is
-            # prime, so any stride in 1..count-1 visits every sentence once before repeating.
-            pad_rng = np.random.default_rng([seed, num_passages, 1])
-            count = len(BACKGROUND_SENTENCES)
-            self._pad_start = pad_rng.integers(0, count, num_passages)
-            self._pad_stride = pad_rng.integers(1, count, num_passages)
 
     def _draw_names(self, rng: np.random.Generator) -> dict[str, list[str]]:
         npeople, ncities, norgs, ncountries = (self.counts[t] for t in ENTITY_TYPES)

@@ -162,6 +162,12 @@ def compose_tasks(
     return tasks
 
 
+def task_facts_seed(split: str, index: int) -> int:
+    """The facts seed of task ``index`` of ``split`` when facts are redrawn per task (never shared
+    between tasks or splits)."""
+    return (SPLITS.index(split) << 32) | index
+
+
 def synthetic_tasks(
     kb,
     objectives: int,
@@ -170,17 +176,25 @@ def synthetic_tasks(
     seed: int = 0,
     test_fraction: float = 0.2,
     multi_hop_fraction: float = 0.5,
+    facts_per_task: bool = False,
 ) -> list[Task]:
-    """Tasks over a ``SyntheticKB``; task ``i`` depends only on (kb, split, seed, i)."""
+    """Tasks over a ``SyntheticKB``; task ``i`` depends only on (kb, split, seed, i).
+
+    With ``facts_per_task`` task ``i`` asks about ``kb.with_facts(task_facts_seed(split, i))``:
+    same questions' wording, its own answers (the env searches that world's passages).
+    """
     if split not in SPLITS:
         raise ValueError(f"split must be one of {list(SPLITS)}, got {split!r}")
     tasks = []
     for t in range(num_tasks):
         rng = np.random.default_rng([seed, SPLITS.index(split), t])
-        qs = kb.sample_questions(objectives, rng, split, test_fraction, multi_hop_fraction)
+        world = kb.with_facts(task_facts_seed(split, t)) if facts_per_task else kb
+        qs = world.sample_questions(objectives, rng, split, test_fraction, multi_hop_fraction)
         tasks.append(
             Task(
-                task_id=f"synthetic{kb.num_passages}-s{kb.seed}-{split}-{t:06d}",
+                task_id=f"synthetic{kb.num_passages}-s{kb.seed}-{split}-"
+                + ("f" if facts_per_task else "")
+                + f"{t:06d}",
                 questions=tuple(q.question for q in qs),
                 answers=tuple(q.answers for q in qs),
                 source="synthetic",

@@ -162,6 +162,44 @@ def test_wikipedia_length_passages_are_retrieved_and_still_answerable():
         DocQAEnv(**SMALL, synthetic_passage_words=-5)
 
 
+def test_facts_redrawn_per_task_are_answerable_only_from_that_tasks_passages():
+    from memrl.envs.doc_qa.agent import ScriptedAgent, run_episode
+
+    cfg = {**SMALL, "synthetic_passages": 55, "multi_hop_fraction": 0.0, "num_tasks": 40}
+    fixed = DocQAEnv(**cfg)
+    env = DocQAEnv(**cfg, synthetic_facts_per_task=True)
+    # Same names and question wording, new values: over 40 tasks, most gold answers change, and
+    # a question asked by two tasks has different answers in them.
+    changed = sum(a.answers != b.answers for a, b in zip(fixed.tasks, env.tasks, strict=True))
+    assert changed > 30
+    by_question: dict[str, set] = {}
+    for task in env.tasks:
+        for q, a in zip(task.questions, task.answers, strict=True):
+            by_question.setdefault(q, set()).add(a[0])
+    assert any(len(values) > 1 for values in by_question.values())
+    # The scripted reader solves every task against that task's own passages ...
+    for i in range(10):
+        assert run_episode(env, ScriptedAgent(env.tags), options={"task_index": i})["reward"] == 2
+    # ... and the answers of the world's fixed facts are wrong for most tasks (one-hop tasks ask
+    # the same questions in both: only the values moved).
+    wrong = 0
+    for i in range(10):
+        env.reset(options={"task_index": i})
+        assert env.task.questions == fixed.tasks[i].questions
+        answer = "; ".join(a[0] for a in fixed.tasks[i].answers)
+        _, reward, *_ = env.step(f"<answer>{answer}</answer>")
+        wrong += reward < 2
+    assert wrong >= 5
+    # A test task's world is never a train task's world.
+    test_env = DocQAEnv(**{**cfg, "split": "test"}, synthetic_facts_per_task=True)
+    test_env.reset(options={"task_index": 0})
+    env.reset(options={"task_index": 0})
+    assert test_env.retriever is not env.retriever
+    with pytest.raises(ValueError, match="synthetic_facts_per_task .* retriever='local'"):
+        DocQAEnv(**cfg, synthetic_facts_per_task=True, retriever="http",
+                 retrieval_url="http://127.0.0.1:1")  # fmt: skip
+
+
 _tricky = st.one_of(
     st.text(max_size=300),
     st.builds(lambda a, b: f"<search>{a}</search>{b}", st.text(max_size=200), st.text(max_size=50)),
