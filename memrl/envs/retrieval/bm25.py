@@ -20,6 +20,18 @@ import numpy as np
 
 logger = logging.getLogger(__name__)
 
+
+def _import_bm25s():
+    """``bm25s``, with its logger put back to WARNING: the package sets it to DEBUG on import,
+    which logs a line per index built (thousands in a run that builds an index per task)."""
+    import bm25s
+
+    bm25_logger = logging.getLogger("bm25s")
+    if bm25_logger.level == logging.DEBUG:
+        bm25_logger.setLevel(logging.WARNING)
+    return bm25s
+
+
 INDEX_META = "memrl_index.json"
 """File in an index folder that says what kind of index it holds and over how many passages."""
 
@@ -71,8 +83,9 @@ class BM25Index:
             k1: BM25 term-frequency saturation.
             b: BM25 length normalization.
         """
-        import bm25s
         from tqdm.auto import tqdm
+
+        bm25s = _import_bm25s()
 
         start = time.perf_counter()
         vocab: dict[str, int] = {}
@@ -116,7 +129,7 @@ class BM25Index:
     @classmethod
     def load(cls, folder: str | Path, mmap: bool = True) -> BM25Index:
         """Opens an index saved by ``save`` (memory-mapped unless ``mmap=False``)."""
-        import bm25s
+        bm25s = _import_bm25s()
 
         meta = read_index_meta(folder)
         if meta.get("kind") != cls.kind:

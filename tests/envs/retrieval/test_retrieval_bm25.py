@@ -74,3 +74,15 @@ def test_dense_index_round_trip(corpus, tmp_path):
     hits = retriever.retrieve(["Which city is the German capital?"], 2)[0]
     assert hits[0].title == "Berlin"
     assert loaded.search(["tower in Paris"], 2)[0][0][0] == 3
+
+
+def test_building_and_loading_indexes_logs_nothing_below_warning(corpus, tmp_path, caplog):
+    # bm25s sets its own logger to DEBUG on import; a run that builds an index per task (doc-QA
+    # with synthetic_facts_per_task) then logged a line per index whatever the user's level.
+    caplog.clear()
+    for _ in range(3):
+        index = build_index(corpus, "bm25", show_progress=False)
+    index.save(tmp_path / "idx")
+    load_index(tmp_path / "idx")
+    noisy = [r for r in caplog.records if r.name.startswith("bm25s") and r.levelno < 30]
+    assert noisy == []
