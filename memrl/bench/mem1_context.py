@@ -7,11 +7,14 @@ memory metrics that training uses (memrl/runners/text_rollout.py, memrl/metrics.
 
     memrl bench mem1-context --model scripted --objectives 2 8 16 --tasks 16
     memrl bench mem1-context --model scripted --passage-words 0   # the KB's short passages
+    memrl bench mem1-context --model scripted --multi-hop-fraction 0.5 1  # HotpotQA: all 2-hop
     memrl bench mem1-context --model runs/mem1_doc_qa_tiny/checkpoints/iter_000024
 
 By default the observations follow the paper's setting: top-3 passages of 100 words each (MEM1
 retrieves top-3 from the DPR wiki-2018 passages, 100 words each); ``--passage-words 0`` keeps the
-synthetic KB's short passages (~24 words).
+synthetic KB's short passages (~24 words). The questions are half one-hop, half two-hop by default
+(the env's default); ``--multi-hop-fraction 1`` makes every question two-hop, as in the
+multi-objective HotpotQA tasks of the paper (HotpotQA questions need two supporting passages).
 """
 
 from __future__ import annotations
@@ -66,6 +69,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="synthetic passage length in words: 100 like the paper's Wikipedia passages, 0 for "
         "the KB's short ones (~24 words); several values give one set of rows each "
         "(default: %(default)s; ignored with --config, whose env.config decides)",
+    )
+    parser.add_argument(
+        "--multi-hop-fraction",
+        type=float,
+        nargs="+",
+        default=[0.5],
+        help="share of two-hop questions: 1 like the paper's HotpotQA tasks (every question "
+        "needs two searches); several values give one set of rows each (default: %(default)s; "
+        "ignored with --config)",
     )
     parser.add_argument(
         "--config",
@@ -150,10 +162,14 @@ def run(args: argparse.Namespace) -> int:
 
     torch.set_num_threads(max(1, min(4, torch.get_num_threads())))
     prompt = PromptSettings()
+    for fraction in args.multi_hop_fraction:
+        if not 0.0 <= fraction <= 1.0:
+            raise ValueError(f"--multi-hop-fraction must lie in [0, 1], got {fraction}")
     settings: list[dict[str, Any]] = [
         {"synthetic_passages": args.synthetic_passages, "seed": args.seed,
-         "synthetic_passage_words": words}
+         "synthetic_passage_words": words, "multi_hop_fraction": fraction}
         for words in args.passage_words
+        for fraction in args.multi_hop_fraction
     ]  # fmt: skip
     if args.config:
         from memrl.config import load_config
@@ -175,6 +191,10 @@ def run(args: argparse.Namespace) -> int:
         if lm is None:
             tokenizer = _scripted_tokenizer(args, prompt, base_env)
         words = int(base_env.get("synthetic_passage_words", 0))
+        hops = float(base_env.get("multi_hop_fraction", 0.5))
+        setting = (f"{words} words" if words else "short") + (
+            "" if hops == 0.5 else f", {hops:g} two-hop"
+        )
         for n in args.objectives:
             max_turns = args.turns_per_objective * n + 2
             config = {
@@ -226,10 +246,12 @@ def run(args: argparse.Namespace) -> int:
                     {
                         "model": "scripted" if lm is None else args.model,
                         "policy": name,
-                        "series": f"{name}, {words} words" if words else f"{name}, short",
+                        "series": f"{name}, {setting}",
+                        "setting": setting,
                         "objectives": n,
                         "topk": args.topk,
                         "passage_words": words,
+                        "multi_hop_fraction": hops,
                         "obs_tokens": float(np.mean(obs)) if obs else 0.0,
                         "gen_tokens": float(np.mean(gen)) if gen else 0.0,
                         "tasks": len(episodes),
@@ -258,6 +280,7 @@ def run(args: argparse.Namespace) -> int:
             "objectives",
             "topk",
             "passage_words",
+            "multi_hop_fraction",
             "tasks",
             "obs_tokens",
             "gen_tokens",
@@ -279,14 +302,17 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _ratios(rows: list[dict[str, Any]]) -> str:
-    """A title with mem1/full ratios of peak tokens and dependency per passage length and N."""
-    by = {(r["passage_words"], r["policy"], r["objectives"]): r for r in rows}
+    """A title with mem1/full ratios of peak tokens and dependency per setting and N."""
+    by = {(r["setting"], r["policy"], r["objectives"]): r for r in rows}
+    order = list(dict.fromkeys(r["setting"] for r in rows))
     parts = []
-    for (words, policy, n), r in sorted(by.items(), key=lambda kv: (kv[0][0], kv[0][2])):
-        full = by.get((words, "full", n))
+    for (setting, policy, n), r in sorted(
+        by.items(), key=lambda kv: (order.index(kv[0][0]), kv[0][2])
+    ):
+        full = by.get((setting, "full", n))
         if policy == "mem1" and full and full["peak_tokens"] and full["dependency"]:
             parts.append(
-                f"{words or 'short'}/N={n}: peak {r['peak_tokens'] / full['peak_tokens']:.3f}, "
+                f"{setting}/N={n}: peak {r['peak_tokens'] / full['peak_tokens']:.3f}, "
                 f"dependency {r['dependency'] / full['dependency']:.3f}"
             )
     return "MEM1 vs full context (mem1/full: " + "; ".join(parts) + ")" if parts else NAME

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 import pandas as pd
+import pytest
 
 from memrl.bench import mem1_context
 
@@ -43,4 +44,24 @@ def test_long_passages_enlarge_observations_and_widen_the_gap(tmp_path):
             for w in (0, 100)
         }
         assert ratio[100] < ratio[0]
-    assert "100/N=4" in (tmp_path / "mem1_context.md").read_text()
+    assert "100 words/N=4" in (tmp_path / "mem1_context.md").read_text()
+
+
+def test_two_hop_questions_take_two_searches_each_and_widen_the_gap(tmp_path):
+    args = _args(tmp_path, "--passage-words", "0", "--multi-hop-fraction", "0", "1")
+    assert mem1_context.run(args) == 0
+    rows = pd.read_parquet(tmp_path / "mem1_context.parquet")
+    assert (rows["em"] == rows["objectives"]).all()
+    by = rows.set_index(["multi_hop_fraction", "policy", "objectives"])
+    for n in (2, 4):
+        # One search per one-hop question, two per two-hop question, then one answer turn.
+        assert by.loc[(0.0, "mem1", n), "turns"] == n + 1
+        assert by.loc[(1.0, "mem1", n), "turns"] == 2 * n + 1
+        ratio = {
+            h: by.loc[(h, "mem1", n), "dependency"] / by.loc[(h, "full", n), "dependency"]
+            for h in (0.0, 1.0)
+        }
+        assert ratio[1.0] < ratio[0.0]
+    assert "short, 1 two-hop/N=4" in (tmp_path / "mem1_context.md").read_text()
+    with pytest.raises(ValueError, match="multi-hop-fraction must lie in"):
+        mem1_context.run(_args(tmp_path, "--multi-hop-fraction", "1.5"))
