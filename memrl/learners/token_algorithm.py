@@ -16,6 +16,7 @@ and evaluations (``eval_em``, ...) are repeated so that every run's metrics tabl
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import numpy as np
@@ -113,6 +114,8 @@ class Mem1Algorithm(Algorithm):
 
         s = self.config.mem1
         ws = s.warm_start
+        started = time.monotonic()
+        print(f"warm start: playing {ws.episodes:,} scripted episodes", flush=True)
         episodes = scripted_episodes(
             self.config.text_env_id,
             ws.env(dict(self.config.env_config)),
@@ -124,6 +127,11 @@ class Mem1Algorithm(Algorithm):
             max_obs_tokens=s.max_obs_tokens,
         )
         cols = self._rows(episodes)
+        print(
+            f"warm start: imitating {len(episodes):,} episodes ({len(cols['input_ids']):,} rows) "
+            f"for {ws.epochs} epoch(s) | {time.monotonic() - started:.0f}s",
+            flush=True,
+        )
         # Every learner fits the same rows from the same weights with the same seed, so several
         # learners stay in step without gradient all-reduce (the lambda captures no Algorithm).
         seed = self._iteration_seed
@@ -133,12 +141,10 @@ class Mem1Algorithm(Algorithm):
             )
         )
         losses = _first(results)
-        logger.info(
-            "warm start: %d scripted episodes, %d steps, loss %.3f -> %.3f",
-            len(episodes),
-            len(losses),
-            losses[0],
-            losses[-1],
+        print(
+            f"warm start: done, {len(losses):,} steps, loss {losses[0]:.3f} -> {losses[-1]:.3f}"
+            f" | {time.monotonic() - started:.0f}s",
+            flush=True,
         )
         self.warm_start_losses = losses
         self.env_runner_group.sync_weights(

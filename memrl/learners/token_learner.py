@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import time
 from typing import Any
 
 import numpy as np
@@ -32,6 +33,8 @@ from memrl.models.llm_net import TokenPolicy
 logger = logging.getLogger(__name__)
 
 SCORE_COLUMNS = ("input_ids", "position_ids", "seg", "vis")
+SFT_REPORT_EVERY_S = 30.0
+"""Seconds between the warm start's progress lines (it runs for minutes before iteration 1)."""
 
 
 class TokenLearner(TorchLearner):
@@ -159,7 +162,8 @@ class TokenLearner(TorchLearner):
         )
         losses = []
         policy.train()
-        for _ in range(epochs):
+        started = last_report = time.monotonic()
+        for epoch in range(epochs):
             order = rng.permutation(b)
             for start in range(0, b, rows_per_batch):
                 sub = slice_rows(cols, order[start : start + rows_per_batch])
@@ -172,9 +176,13 @@ class TokenLearner(TorchLearner):
                 optimizer.step()
                 schedule.step()
                 losses.append(float(loss.detach()))
-                if len(losses) % 50 == 0:
-                    logger.info(
-                        "warm start step %d: loss %.3f", len(losses), float(np.mean(losses[-50:]))
+                now = time.monotonic()
+                if now - last_report >= SFT_REPORT_EVERY_S:
+                    last_report = now
+                    print(
+                        f"warm start: step {len(losses):,}/{total:,} (epoch {epoch + 1}/{epochs})"
+                        f" | loss {np.mean(losses[-50:]):.3f} | {now - started:.0f}s",
+                        flush=True,
                     )
         self.snapshot_reference()
         return losses

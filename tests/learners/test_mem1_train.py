@@ -65,6 +65,9 @@ def test_ppo_per_turn_with_a_remote_runner_and_warm_start(tmp_path):
         timeout=600,
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    # The warm start runs before the first iteration line: it says what it does and when done.
+    assert "warm start: playing 4 scripted episodes" in out.stdout
+    assert "warm start: done" in out.stdout
     frame = pd.read_parquet(run / "metrics.parquet")
     assert len(frame) == 2
     cols = " ".join(frame.columns)
