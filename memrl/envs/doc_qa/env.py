@@ -22,7 +22,7 @@ import gymnasium as gym
 
 from memrl.envs.doc_qa import resources
 from memrl.envs.doc_qa.scoring import score
-from memrl.envs.doc_qa.tasks import SPLITS, Task, task_facts_seed
+from memrl.envs.doc_qa.tasks import REDRAWS, SPLITS, Task
 from memrl.envs.retrieval.base import Hit, Retriever, check_topk
 from memrl.envs.text import TextTags, text_space
 
@@ -43,10 +43,13 @@ class DocQAConfig:
     synthetic_passage_words: int = 0
     """Length of synthetic passages: 0 for short ones (~24 words), N > 0 pads each to exactly N
     words with background sentences (100: like the Wikipedia passages MEM1 retrieves)."""
-    synthetic_facts_per_task: bool = False
-    """Redraw the synthetic world's facts for every task (same names and wording, new values):
-    answers can then only come from the passages retrieved in this episode, never from what a
-    model remembers of other tasks (a test of reading, not of memorizing the KB)."""
+    synthetic_redraw: str = "none"
+    """What each synthetic task draws for itself: ``none`` (every task asks about one KB),
+    ``facts`` (same names and wording, new values) or ``world`` (new names and values, same
+    question templates). With ``facts`` or ``world`` answers can only come from the passages
+    retrieved in the episode, never from what a model remembers of other tasks; with ``world``
+    a model must also copy the question's names into its searches (a test of reading and
+    searching, not of memorizing the KB)."""
     seed: int = 0
     """World seed: the synthetic KB and the synthetic tasks (episodes are seeded by reset)."""
     objectives: int = 2
@@ -128,7 +131,7 @@ class DocQAEnv(gym.Env):
         else:
             tasks = resources.synthetic_tasks(
                 cfg.synthetic_passages, cfg.seed, cfg.objectives, cfg.num_tasks, cfg.split,
-                cfg.test_fraction, cfg.multi_hop_fraction, cfg.synthetic_facts_per_task,
+                cfg.test_fraction, cfg.multi_hop_fraction, cfg.synthetic_redraw,
             )  # fmt: skip
         if not tasks:
             raise ValueError(f"No tasks in split {cfg.split!r} of {cfg.tasks}; build some first.")
@@ -170,11 +173,11 @@ class DocQAEnv(gym.Env):
         else:
             index = int(self.np_random.integers(len(self.tasks)))
         self.task = self.tasks[index]
-        if self.config.synthetic_facts_per_task:
+        if self.config.synthetic_redraw != "none":
             cfg = self.config
             self.retriever = resources.synthetic_retriever(
                 cfg.synthetic_passages, cfg.seed, passage_words=cfg.synthetic_passage_words,
-                facts_seed=task_facts_seed(cfg.split, index),
+                task=(cfg.synthetic_redraw, cfg.split, index),
             )  # fmt: skip
         self._turn = 0
         self._done = False
@@ -316,9 +319,13 @@ def _validate(cfg: DocQAConfig) -> None:
         value = getattr(cfg, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
-    if cfg.synthetic_facts_per_task and (cfg.tasks is not None or cfg.retriever != "local"):
+    if cfg.synthetic_redraw not in REDRAWS:
         raise ValueError(
-            "synthetic_facts_per_task redraws the synthetic KB per task and searches it in "
+            f"synthetic_redraw must be one of {list(REDRAWS)}, got {cfg.synthetic_redraw!r}"
+        )
+    if cfg.synthetic_redraw != "none" and (cfg.tasks is not None or cfg.retriever != "local"):
+        raise ValueError(
+            f"synthetic_redraw={cfg.synthetic_redraw!r} draws a KB per task and searches it in "
             "process: it needs the synthetic tasks (no tasks=) and retriever='local', got "
             f"tasks={cfg.tasks!r}, retriever={cfg.retriever!r}."
         )

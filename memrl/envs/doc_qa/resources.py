@@ -17,8 +17,8 @@ logger = logging.getLogger(__name__)
 _LOCK = threading.RLock()
 _CACHE: dict[tuple, Any] = {}
 _WORLDS: OrderedDict[tuple, Any] = OrderedDict()
-MAX_FACT_WORLDS = 512
-"""Per-task synthetic worlds (facts redrawn per task) kept per process; ~10 ms to rebuild one."""
+MAX_TASK_WORLDS = 512
+"""Per-task synthetic worlds (``redraw``) kept per process; ~10 ms to rebuild one."""
 
 
 def _cached(key: tuple, build):
@@ -43,31 +43,32 @@ def synthetic_retriever(
     seed: int,
     show_progress: bool = False,
     passage_words: int = 0,
-    facts_seed: int | None = None,
+    task: tuple[str, str, int] | None = None,
 ):
     """A BM25 ``LocalRetriever`` over the synthetic KB's corpus, built once per process.
 
-    With ``facts_seed``: over the KB with its facts redrawn (``SyntheticKB.with_facts``); these
-    small per-task worlds are kept in a bounded LRU (``MAX_FACT_WORLDS``) instead of the cache.
+    With ``task=(redraw, split, index)``: over that task's own KB (``tasks.task_kb``); these small
+    per-task worlds are kept in a bounded LRU (``MAX_TASK_WORLDS``) instead of the cache.
     """
+    from memrl.envs.doc_qa.tasks import task_kb
     from memrl.envs.retrieval.local import LocalRetriever, build_index
 
     def build():
         kb = synthetic_kb(num_passages, seed, passage_words)
-        if facts_seed is not None:
-            kb = kb.with_facts(facts_seed)
+        if task is not None:
+            kb = task_kb(kb, *task)
         corpus = kb.corpus
         return LocalRetriever(corpus, build_index(corpus, "bm25", show_progress=show_progress))
 
-    if facts_seed is None:
+    if task is None or task[0] == "none":
         return _cached(("synthetic_retriever", num_passages, seed, passage_words), build)
-    key = (num_passages, seed, passage_words, facts_seed)
+    key = (num_passages, seed, passage_words, *task)
     with _LOCK:
         if key in _WORLDS:
             _WORLDS.move_to_end(key)
             return _WORLDS[key]
         retriever = _WORLDS[key] = build()
-        while len(_WORLDS) > MAX_FACT_WORLDS:
+        while len(_WORLDS) > MAX_TASK_WORLDS:
             _WORLDS.popitem(last=False)
         return retriever
 
@@ -113,7 +114,7 @@ def synthetic_tasks(
     split: str,
     test_fraction: float,
     multi_hop_fraction: float,
-    facts_per_task: bool = False,
+    redraw: str = "none",
 ):
     """Synthetic tasks of one split, built once per process."""
     from memrl.envs.doc_qa import tasks
@@ -121,12 +122,11 @@ def synthetic_tasks(
     def build():
         kb = synthetic_kb(num_passages, seed)
         return tasks.synthetic_tasks(
-            kb, objectives, num_tasks, split, seed, test_fraction, multi_hop_fraction,
-            facts_per_task,
-        )  # fmt: skip
+            kb, objectives, num_tasks, split, seed, test_fraction, multi_hop_fraction, redraw
+        )
 
     key = ("synthetic_tasks", num_passages, seed, objectives, num_tasks, split, test_fraction,
-           multi_hop_fraction, facts_per_task)  # fmt: skip
+           multi_hop_fraction, redraw)  # fmt: skip
     return _cached(key, build)
 
 

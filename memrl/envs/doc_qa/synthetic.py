@@ -187,14 +187,19 @@ class SyntheticKB:
         n_first, n_last = 2000, 5000
         universe = len(SYLLABLES) ** 2 + len(SYLLABLES) ** 3
         sizes = [n_first, n_last, ncities, norgs, ncountries, 200]
-        order = rng.choice(universe, size=sum(sizes), replace=False)
+        order = rng.choice(universe, size=sum(sizes), replace=False).tolist()
         pools, start = [], 0
         for size in sizes:
-            pools.append([_word(int(i)) for i in order[start : start + size]])
+            pools.append(order[start : start + size])
             start += size
         first, last, cities, stems, countries, currency = pools
+        cities, stems, countries, currency = (
+            [_word(i) for i in pool] for pool in (cities, stems, countries, currency)
+        )
         codes = rng.choice(n_first * n_last, size=npeople, replace=False)
-        people = [f"{first[c // n_last]} {last[c % n_last]}" for c in codes.tolist()]
+        # Only the first and last names that people use are spelled out (a small world draws 20
+        # people from 2000 x 5000 combinations).
+        people = [f"{_word(first[c // n_last])} {_word(last[c % n_last])}" for c in codes.tolist()]
         suffixes = rng.integers(0, len(ORG_SUFFIXES), norgs)
         orgs = [f"{s} {ORG_SUFFIXES[k]}" for s, k in zip(stems, suffixes.tolist(), strict=True)]
         return {

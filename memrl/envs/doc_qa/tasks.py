@@ -162,10 +162,34 @@ def compose_tasks(
     return tasks
 
 
-def task_facts_seed(split: str, index: int) -> int:
-    """The facts seed of task ``index`` of ``split`` when facts are redrawn per task (never shared
-    between tasks or splits)."""
+REDRAWS = ("none", "facts", "world")
+"""What a synthetic task redraws for itself: nothing (all tasks share the KB), its ``facts`` (same
+names and wording, new values) or its whole ``world`` (new names and facts, same templates)."""
+
+
+def task_world_seed(split: str, index: int) -> int:
+    """The seed of task ``index`` of ``split``'s own world or facts (never shared between tasks or
+    splits)."""
     return (SPLITS.index(split) << 32) | index
+
+
+def task_kb(kb, redraw: str, split: str, index: int):
+    """The KB task ``index`` of ``split`` is asked about and searches: ``kb`` itself, ``kb`` with
+    its facts redrawn, or a new world of ``kb``'s size and passage length."""
+    if redraw == "none":
+        return kb
+    seed = task_world_seed(split, index)
+    if redraw == "facts":
+        return kb.with_facts(seed)
+    if redraw == "world":
+        return type(kb)(kb.num_passages, _world_seed(kb.seed, seed), kb.passage_words)
+    raise ValueError(f"redraw must be one of {list(REDRAWS)}, got {redraw!r}")
+
+
+def _world_seed(base: int, seed: int) -> int:
+    # A 63-bit seed mixed from the base world's seed and the task's, so worlds of different base
+    # seeds (and the base worlds themselves, seeds 0, 1, ...) do not coincide.
+    return int(np.random.SeedSequence([base, 7, seed]).generate_state(2, np.uint64)[0] >> 1)
 
 
 def synthetic_tasks(
@@ -176,25 +200,26 @@ def synthetic_tasks(
     seed: int = 0,
     test_fraction: float = 0.2,
     multi_hop_fraction: float = 0.5,
-    facts_per_task: bool = False,
+    redraw: str = "none",
 ) -> list[Task]:
     """Tasks over a ``SyntheticKB``; task ``i`` depends only on (kb, split, seed, i).
 
-    With ``facts_per_task`` task ``i`` asks about ``kb.with_facts(task_facts_seed(split, i))``:
-    same questions' wording, its own answers (the env searches that world's passages).
+    With ``redraw`` other than ``none``, task ``i`` asks about its own KB (``task_kb``), which the
+    env then searches: answers can only be read from that task's passages.
     """
     if split not in SPLITS:
         raise ValueError(f"split must be one of {list(SPLITS)}, got {split!r}")
+    if redraw not in REDRAWS:
+        raise ValueError(f"redraw must be one of {list(REDRAWS)}, got {redraw!r}")
     tasks = []
+    marker = {"none": "", "facts": "f", "world": "w"}[redraw]
     for t in range(num_tasks):
         rng = np.random.default_rng([seed, SPLITS.index(split), t])
-        world = kb.with_facts(task_facts_seed(split, t)) if facts_per_task else kb
+        world = task_kb(kb, redraw, split, t)
         qs = world.sample_questions(objectives, rng, split, test_fraction, multi_hop_fraction)
         tasks.append(
             Task(
-                task_id=f"synthetic{kb.num_passages}-s{kb.seed}-{split}-"
-                + ("f" if facts_per_task else "")
-                + f"{t:06d}",
+                task_id=f"synthetic{kb.num_passages}-s{kb.seed}-{split}-{marker}{t:06d}",
                 questions=tuple(q.question for q in qs),
                 answers=tuple(q.answers for q in qs),
                 source="synthetic",

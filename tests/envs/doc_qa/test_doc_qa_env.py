@@ -167,7 +167,7 @@ def test_facts_redrawn_per_task_are_answerable_only_from_that_tasks_passages():
 
     cfg = {**SMALL, "synthetic_passages": 55, "multi_hop_fraction": 0.0, "num_tasks": 40}
     fixed = DocQAEnv(**cfg)
-    env = DocQAEnv(**cfg, synthetic_facts_per_task=True)
+    env = DocQAEnv(**cfg, synthetic_redraw="facts")
     # Same names and question wording, new values: over 40 tasks, most gold answers change, and
     # a question asked by two tasks has different answers in them.
     changed = sum(a.answers != b.answers for a, b in zip(fixed.tasks, env.tasks, strict=True))
@@ -191,12 +191,44 @@ def test_facts_redrawn_per_task_are_answerable_only_from_that_tasks_passages():
         wrong += reward < 2
     assert wrong >= 5
     # A test task's world is never a train task's world.
-    test_env = DocQAEnv(**{**cfg, "split": "test"}, synthetic_facts_per_task=True)
+    test_env = DocQAEnv(**{**cfg, "split": "test"}, synthetic_redraw="facts")
     test_env.reset(options={"task_index": 0})
     env.reset(options={"task_index": 0})
     assert test_env.retriever is not env.retriever
-    with pytest.raises(ValueError, match="synthetic_facts_per_task .* retriever='local'"):
-        DocQAEnv(**cfg, synthetic_facts_per_task=True, retriever="http",
+
+
+def test_a_world_per_task_has_its_own_names_and_stays_solvable():
+    from memrl.envs.doc_qa.agent import ScriptedAgent, run_episode
+
+    cfg = {**SMALL, "synthetic_passages": 55, "num_tasks": 30}
+    env = DocQAEnv(**cfg, synthetic_redraw="world")
+    names = set()
+    for i in range(30):
+        env.reset(options={"task_index": i})
+        titles = set(env.retriever.corpus.table.column("title").to_pylist())
+        assert len(titles) == 30  # 20 people, 4 cities, 5 organizations, 1 country
+        names |= titles
+        # every question names an entity of this task's world (one- and two-hop alike)
+        for q in env.task.questions:
+            assert any(title in q for title in titles), q
+    assert len(names) > 25 * 30  # worlds (almost) never share a name
+    for i in range(8):
+        result = run_episode(env, ScriptedAgent(env.tags), options={"task_index": i})
+        assert result["reward"] == 2.0
+    # Rebuilt the same in another process-equivalent: the cache cleared, same world again.
+    first = env.tasks[0]
+    from memrl.envs.doc_qa import resources
+
+    resources.clear()
+    assert DocQAEnv(**cfg, synthetic_redraw="world").tasks[0] == first
+
+
+def test_redraw_needs_the_in_process_synthetic_kb():
+    cfg = {**SMALL, "synthetic_passages": 55}
+    with pytest.raises(ValueError, match="synthetic_redraw must be one of"):
+        DocQAEnv(**cfg, synthetic_redraw="names")
+    with pytest.raises(ValueError, match="synthetic_redraw='world' .* retriever='local'"):
+        DocQAEnv(**cfg, synthetic_redraw="world", retriever="http",
                  retrieval_url="http://127.0.0.1:1")  # fmt: skip
 
 

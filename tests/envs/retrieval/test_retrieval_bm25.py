@@ -78,7 +78,7 @@ def test_dense_index_round_trip(corpus, tmp_path):
 
 def test_building_and_loading_indexes_logs_nothing_below_warning(corpus, tmp_path, caplog):
     # bm25s sets its own logger to DEBUG on import; a run that builds an index per task (doc-QA
-    # with synthetic_facts_per_task) then logged a line per index whatever the user's level.
+    # with synthetic_redraw) then logged a line per index whatever the user's level.
     caplog.clear()
     for _ in range(3):
         index = build_index(corpus, "bm25", show_progress=False)
