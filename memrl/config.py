@@ -27,6 +27,7 @@ import functools
 import importlib
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -254,6 +255,24 @@ def parse_config(data: dict[str, Any]) -> ExperimentConfig:
     return exp
 
 
+class _ConfigLoader(yaml.SafeLoader):
+    """YAML 1.1 as PyYAML reads it, plus floats written without a dot or an exponent sign
+    (``1e-4``, ``3e5``, ``1.5e3``): YAML 1.1 reads those as strings, so ``lr: 1e-4`` or
+    ``--set algorithm.lr=1e-4`` would fail validation with "must be a number"."""
+
+
+_ConfigLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."),
+)
+
+
+def parse_yaml(text: str) -> Any:
+    """A config's YAML text as Python data (``1e-4`` is a float, as a user means it)."""
+    return yaml.load(text, Loader=_ConfigLoader)  # a SafeLoader: no arbitrary objects
+
+
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """Applies ``key.path=value`` overrides (values parsed as YAML) to a config dict."""
     data = _deep_copy(data)
@@ -265,7 +284,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
         if not all(keys):
             raise ValueError(f"--set key path {path!r} has an empty part")
         try:
-            value = yaml.safe_load(raw)
+            value = parse_yaml(raw)
         except yaml.YAMLError as err:
             raise ValueError(f"--set {path}: cannot parse value {raw!r} ({err})") from err
         node = data
@@ -304,7 +323,7 @@ def load_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
             hint = f" Configs here: {sorted(str(c) for c in configs.glob('*.yaml'))}"
         raise FileNotFoundError(f"Config file {str(p)!r} not found.{hint}")
     try:
-        data = yaml.safe_load(p.read_text())
+        data = parse_yaml(p.read_text())
     except yaml.YAMLError as err:
         raise ValueError(f"{p} is not valid YAML: {err}") from err
     if data is None:

@@ -90,6 +90,9 @@ def coerce(value: Any, hint: Any, key: str) -> Any:
             raise TypeError(f"{key} must be a number, got {value!r}")
         return float(value)
     if hint is int:
+        # A whole float is a count written the short way (stop_timesteps: 2e6).
+        if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+            return int(value)
         if isinstance(value, bool) or not isinstance(value, int):
             raise TypeError(f"{key} must be an integer, got {value!r}")
         return value

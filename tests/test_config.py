@@ -65,6 +65,24 @@ def test_overrides_parse_yaml_values_and_create_paths():
         apply_overrides({"a": 3}, ["a.b=1"])
 
 
+def test_exponent_floats_are_numbers_in_files_and_overrides(tmp_path):
+    # YAML 1.1 reads 1e-4 (no dot, no exponent sign) as a string; users write it all the time,
+    # and the CLI's own help shows --set algorithm.lr=1e-4.
+    cfg = tmp_path / "exp.yaml"
+    cfg.write_text(
+        "env: {id: CartPole-v1}\nalgorithm: {name: ppo, lr: 3e-4, entropy_coeff: 1e-3}\n"
+    )
+    exp = load_config(cfg, ["algorithm.gamma=9.9e-1", "run.stop_timesteps=2e5"])
+    assert exp.algorithm.lr == 3e-4 and exp.algorithm.entropy_coeff == 1e-3
+    assert exp.algorithm.gamma == 0.99
+    assert exp.run.stop_timesteps == 200_000 and isinstance(exp.run.stop_timesteps, int)
+    assert load_config(cfg, ["algorithm.lr=1e-4"]).algorithm.lr == 1e-4
+    with pytest.raises(TypeError, match="run.stop_timesteps must be an integer, got 2.5"):
+        load_config(cfg, ["run.stop_timesteps=2.5"])
+    out = apply_overrides({}, ["a=10", "b=1_000", "c=1e", "d=[1e-5, 1e-3]", "e=2026-11-30x"])
+    assert out == {"a": 10, "b": 1000, "c": "1e", "d": [1e-5, 1e-3], "e": "2026-11-30x"}
+
+
 def test_load_config_errors(tmp_path):
     with pytest.raises(FileNotFoundError, match="not found"):
         load_config(tmp_path / "missing.yaml")
