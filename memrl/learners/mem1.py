@@ -113,6 +113,11 @@ class Mem1Settings:
     """env.config overrides of the evaluation env (default: the test split)."""
     eval_tasks: int = 32
     """Held-out tasks per evaluation (task_index 0..eval_tasks-1, greedy decoding)."""
+    eval_extra: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """More evaluation sets, evaluated with the main one: name -> ``{env_config: {...},
+    task_offset: K}`` (tasks K..K+eval_tasks-1 of an env with these env.config overrides), logged
+    as eval_NAME_em, eval_NAME_f1. E.g. tasks beyond ``train_tasks`` of the train split, which no
+    training draws: ``{unseen_tasks: {env_config: {split: train}, task_offset: 1000}}``."""
     warm_start: WarmStartSettings = field(default_factory=WarmStartSettings)
     """Supervised warm start on scripted trajectories."""
 
@@ -135,6 +140,22 @@ class Mem1Settings:
                 raise ValueError(f"{where}.{name} must be >= 1, got {getattr(self, name)}")
         if self.lr <= 0 or self.critic_lr <= 0 or self.kl_coef < 0 or not 0 < self.clip < 1:
             raise ValueError(f"{where}: lr and critic_lr must be > 0, kl_coef >= 0, clip in (0, 1)")
+        for name, spec in self.eval_extra.items():
+            bad = sorted(set(spec) - {"env_config", "task_offset"}) if isinstance(spec, dict) else 0
+            offset = spec.get("task_offset", 0) if isinstance(spec, dict) else None
+            if (
+                bad != []
+                or not name.isidentifier()
+                or not isinstance(spec.get("env_config", {}), dict)
+                or isinstance(offset, bool)
+                or not isinstance(offset, int)
+                or offset < 0
+            ):
+                raise ValueError(
+                    f"{where}.eval_extra.{name}: expected a name of letters, digits and _ "
+                    "mapping to {env_config: {...}, task_offset: int >= 0}, "
+                    f"got {spec!r}"
+                )
 
     def make_algorithm_config(self, exp: Any) -> AlgorithmConfig:
         from memrl.learners.token_algorithm import Mem1Config

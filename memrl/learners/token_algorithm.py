@@ -272,24 +272,38 @@ class Mem1Algorithm(Algorithm):
         s: Mem1Settings = self.config.mem1
         if not s.eval_every or self.iteration % s.eval_every:
             return {}
-        rows = self.evaluate_tasks(list(range(s.eval_tasks)))
-        result = {
-            "eval_em": float(np.mean([r["em"] for r in rows])),
-            "eval_f1": float(np.mean([r["f1"] for r in rows])),
-            "eval_peak_tokens": float(np.mean([r["peak_tokens"] for r in rows])),
-        }
+        sets = {"": ({**s.eval_env_config}, 0)}
+        for name, spec in s.eval_extra.items():
+            sets[f"{name}_"] = (dict(spec.get("env_config", {})), int(spec.get("task_offset", 0)))
+        result = {}
+        for prefix, (env_config, offset) in sets.items():
+            tasks = list(range(offset, offset + s.eval_tasks))
+            rows = self.evaluate_tasks(tasks, env_config=env_config, key=prefix or "main")
+            result[f"eval_{prefix}em"] = float(np.mean([r["em"] for r in rows]))
+            result[f"eval_{prefix}f1"] = float(np.mean([r["f1"] for r in rows]))
+            if not prefix:
+                result["eval_peak_tokens"] = float(np.mean([r["peak_tokens"] for r in rows]))
         self.metrics.log_dict(result, key=ENV_RUNNER_RESULTS, window=1)
         return result
 
-    def evaluate_tasks(self, task_indices: list[int]) -> list[dict[str, float]]:
-        """Greedy episodes on held-out tasks, spread over the env runners; one row per task."""
+    def evaluate_tasks(
+        self,
+        task_indices: list[int],
+        env_config: dict[str, Any] | None = None,
+        key: str = "main",
+    ) -> list[dict[str, float]]:
+        """Greedy episodes on held-out tasks, spread over the env runners; one row per task.
+
+        ``env_config``: env.config overrides of the evaluation envs (default: ``eval_env_config``);
+        ``key`` names the set, so each runner keeps one set of envs per evaluation set.
+        """
         group = self.env_runner_group
         if group.num_remote_workers() == 0:
-            return group.local_env_runner.evaluate(task_indices)
+            return group.local_env_runner.evaluate(task_indices, env_config, key)
         n = group.num_healthy_remote_workers()
         shards = [task_indices[i::n] for i in range(n)]
         results = group.foreach_env_runner(
-            lambda runner: runner.evaluate(shards[(runner.worker_index - 1) % n]),
+            lambda runner: runner.evaluate(shards[(runner.worker_index - 1) % n], env_config, key),
             local_env_runner=False,
         )
         return [row for rows in results for row in rows]

@@ -76,7 +76,7 @@ class TextEnvRunner(EnvRunner, Checkpointable):
         n = self.config.num_envs_per_env_runner
         self.envs = [self._build_env(index=i) for i in range(n)]
         self.env = self.envs[0]
-        self._eval_envs: list[Any] | None = None
+        self._eval_envs: dict[str, list[Any]] = {}
 
     def make_module(self) -> None:
         spec = self.config.get_rl_module_spec(spaces=self.get_spaces(), inference_only=True)
@@ -145,19 +145,30 @@ class TextEnvRunner(EnvRunner, Checkpointable):
             **kwargs,
         )
 
-    def evaluate(self, task_indices: list[int]) -> list[dict[str, float]]:
-        """Greedy episodes on the evaluation split (``eval_env_config``), one row per task."""
+    def evaluate(
+        self,
+        task_indices: list[int],
+        env_config: dict[str, Any] | None = None,
+        key: str = "main",
+    ) -> list[dict[str, float]]:
+        """Greedy episodes on an evaluation set, one row per task.
+
+        ``env_config``: env.config overrides of its envs (default: ``eval_env_config``, the test
+        split); ``key``: the set's name (its envs are built once and kept).
+        """
         s = self.settings
-        if self._eval_envs is None:
-            self._eval_envs = [
-                self._build_env(s.eval_env_config, index=i) for i in range(len(self.envs))
+        if key not in self._eval_envs:
+            overrides = s.eval_env_config if env_config is None else env_config
+            self._eval_envs[key] = [
+                self._build_env(overrides, index=i) for i in range(len(self.envs))
             ]
+        envs = self._eval_envs[key]
         rows = []
-        n = len(self._eval_envs)
+        n = len(envs)
         for start in range(0, len(task_indices), n):
             chunk = task_indices[start : start + n]
             episodes = self._rollout(
-                self._eval_envs[: len(chunk)], [{"task_index": t} for t in chunk], greedy=True
+                envs[: len(chunk)], [{"task_index": t} for t in chunk], greedy=True
             )
             for ep in episodes:
                 rows.append(
@@ -237,5 +248,5 @@ class TextEnvRunner(EnvRunner, Checkpointable):
         return [(COMPONENT_RL_MODULE, self.module)]
 
     def stop(self) -> None:
-        for env in self.envs + (self._eval_envs or []):
+        for env in self.envs + [e for envs in self._eval_envs.values() for e in envs]:
             env.close()

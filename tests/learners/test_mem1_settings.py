@@ -51,3 +51,17 @@ def test_warm_start_on_part_of_the_train_questions_leaves_the_rest_unseen():
     held_out = {q for qs in questions(split="test").values() for q in qs}
     assert seen and not seen & held_out
     assert rl_train - seen  # RL meets train questions the warm start never showed
+
+
+def test_extra_evaluation_sets_are_checked():
+    ok = {"unseen_tasks": {"env_config": {"split": "train"}, "task_offset": 1000}}
+    from_dict(Mem1Settings, {"eval_extra": ok}, "a").validate("a")
+    for bad in (
+        {"unseen": {"task_offset": -1}},
+        {"unseen": {"task_offset": 1.5}},
+        {"unseen": {"env_config": [1]}},
+        {"unseen": {"env": {}}},
+        {"not a name": {}},
+    ):
+        with pytest.raises((ValueError, TypeError), match=r"a\.eval_extra"):
+            from_dict(Mem1Settings, {"eval_extra": bad}, "a").validate("a")

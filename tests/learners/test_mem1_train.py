@@ -51,6 +51,9 @@ def test_ppo_per_turn_with_a_remote_runner_and_warm_start(tmp_path):
         eval_every=1,
         eval_tasks=2,
         warm_start={"episodes": 4, "epochs": 1, "env_config": {"test_fraction": 0.5}},
+        # a second held-out set: train-split tasks that training never draws (train_tasks 38)
+        train_tasks=38,
+        eval_extra={"unseen": {"env_config": {"split": "train"}, "task_offset": 38}},
     )
     run = tmp_path / "ppo_run"
     out = memrl_cli(
@@ -78,6 +81,8 @@ def test_ppo_per_turn_with_a_remote_runner_and_warm_start(tmp_path):
         "vf_loss",
         "logp_gap_mean",
         "eval_em",
+        "eval_unseen_em",
+        "eval_unseen_f1",
     ):
         assert key in cols, f"{key} missing from {sorted(frame.columns)}"
     gap = [c for c in frame.columns if c.endswith("logp_gap_max")][0]
