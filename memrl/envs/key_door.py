@@ -26,6 +26,10 @@ import numpy as np
 
 from memrl.envs.vector_utils import check_actions, per_env_seeds
 
+TRIAL_ENDS = ("truncate", "terminate")
+"""How a trial's time limit reaches RLlib: ``truncate`` (the learner bootstraps the value of the
+last state, as if the trial went on) or ``terminate`` (the return ends with the trial)."""
+
 _MOVES = np.array([[0, 0], [0, 1], [0, -1], [-1, 0], [1, 0]], dtype=np.int64)
 NUM_ACTIONS = len(_MOVES)
 
@@ -43,7 +47,10 @@ class DarkKeyToDoorEnv(gym.Env):
         dark: bool = True,
         in_context_inputs: bool = True,
         render_mode: str | None = None,
+        trial_end: str = "truncate",
     ) -> None:
+        if trial_end not in TRIAL_ENDS:
+            raise ValueError(f"trial_end must be one of {list(TRIAL_ENDS)}, got {trial_end!r}")
         for name, value, low in (
             ("size", size, 2),
             ("episode_len", episode_len, 1),
@@ -59,6 +66,7 @@ class DarkKeyToDoorEnv(gym.Env):
         self.dark = bool(dark)
         self.in_context_inputs = bool(in_context_inputs)
         self.render_mode = render_mode
+        self.trial_end = trial_end
         obs_dim = 4 + (0 if self.dark else 4) + (NUM_ACTIONS + 2 if self.in_context_inputs else 0)
         self.observation_space = gym.spaces.Box(-1.0, 1.0, shape=(obs_dim,), dtype=np.float32)
         self.action_space = gym.spaces.Discrete(NUM_ACTIONS)
@@ -133,8 +141,10 @@ class DarkKeyToDoorEnv(gym.Env):
                 self._inner += 1
                 self._soft_reset()
             obs = self._obs(prev_action=action, prev_reward=reward)
-            # A trial ends on time only: the value of its last state is bootstrapped.
-            return obs, reward, False, trial_over, info
+            # A trial ends on time: truncated (its last state's value is bootstrapped) or, with
+            # trial_end="terminate", terminated (nothing is worth anything after the trial).
+            ends = self.trial_end == "terminate"
+            return obs, reward, trial_over and ends, trial_over and not ends, info
         return self._obs(prev_action=action, prev_reward=reward), reward, False, False, self._info()
 
     def render(self) -> str | None:
@@ -217,11 +227,15 @@ class DarkKeyToDoorVectorEnv(gym.vector.VectorEnv):
         trial_len: int = 500,
         dark: bool = True,
         in_context_inputs: bool = True,
+        trial_end: str = "truncate",
     ) -> None:
         if not isinstance(num_envs, int) or isinstance(num_envs, bool) or num_envs < 1:
             raise ValueError(f"num_envs must be an int >= 1, got {num_envs!r}")
         # The single env validates the arguments and defines the spaces.
-        proto = DarkKeyToDoorEnv(size, episode_len, trial_len, dark, in_context_inputs)
+        proto = DarkKeyToDoorEnv(
+            size, episode_len, trial_len, dark, in_context_inputs, trial_end=trial_end
+        )
+        self.trial_end = trial_end
         self.num_envs = num_envs
         self.size, self.episode_len, self.trial_len = size, episode_len, trial_len
         self.dark, self.in_context_inputs = proto.dark, proto.in_context_inputs
@@ -304,7 +318,9 @@ class DarkKeyToDoorVectorEnv(gym.vector.VectorEnv):
             self._new_trials(np.flatnonzero(restart))
         self._needs_reset = trial_over
         obs = self._observe(np.arange(n), prev_action=prev_action, prev_reward=reward)
-        # A trial ends on time only: truncated, never terminated (as in the single env).
+        # A trial ends on time: truncated or terminated, as in the single env.
+        if self.trial_end == "terminate":
+            return obs, reward, trial_over.copy(), np.zeros(n, bool), infos
         return obs, reward, np.zeros(n, bool), trial_over.copy(), infos
 
     def _new_trials(self, envs: np.ndarray) -> None:

@@ -111,6 +111,13 @@ def test_inner_episode_truncates_at_episode_len_and_trial_ends_at_trial_len():
             assert not last[2] and not last[3]
     assert boundaries == [20, 40, 60, 80, 100]
     assert last[3] is True and last[2] is False  # the trial ends on time: truncated
+    # ... or terminated, when its end is the end of all return
+    env = DarkKeyToDoorEnv(size=5, episode_len=20, trial_len=30, trial_end="terminate")
+    env.reset(seed=4)
+    ends = [env.step(NOOP)[2:4] for _ in range(30)]
+    assert ends[-1] == (True, False) and all(e == (False, False) for e in ends[:-1])
+    with pytest.raises(ValueError, match="trial_end must be one of"):
+        DarkKeyToDoorEnv(trial_end="stop")
 
 
 def test_new_trial_redraws_layout_and_seed_reproduces_it():
