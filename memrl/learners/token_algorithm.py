@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -48,6 +49,10 @@ from memrl.learners.token_batch import (
 from memrl.models.context import ContextPolicy
 
 logger = logging.getLogger(__name__)
+
+WARM_START_DIR = "warm_start_model"
+"""Folder (in the algorithm's log directory, under the run's ``rllib/``) that holds the model
+right after its warm start."""
 
 
 class Mem1Config(AlgorithmConfig):
@@ -149,6 +154,24 @@ class Mem1Algorithm(Algorithm):
         self.warm_start_losses = losses
         self.env_runner_group.sync_weights(
             from_worker_or_learner_group=self.learner_group, inference_only=True
+        )
+        self._save_warm_start()
+
+    def _save_warm_start(self) -> None:
+        """Keeps the warmed-up model as a model folder beside the run's RLlib files, so minutes of
+        imitation survive a crash before the first checkpoint and can start other runs
+        (``model.path: DIR`` with ``warm_start.episodes: 0``)."""
+        out = Path(self.logdir) / WARM_START_DIR
+        results = self.learner_group.foreach_learner(lambda learner: learner.save_lm(str(out)))
+        wrote = any(item.get() for item in results)
+        if not wrote:
+            print("warm start: model not saved as a folder (LoRA: it is in the checkpoints)")
+            return
+        self._tokenizer.save_pretrained(str(out))
+        print(
+            f"warm start: model saved to {out} (reuse: --set model.path={out} "
+            "--set algorithm.warm_start.episodes=0)",
+            flush=True,
         )
 
     def training_step(self) -> None:

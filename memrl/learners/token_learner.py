@@ -48,6 +48,18 @@ class TokenLearner(TorchLearner):
     def _policy(self, module_id: str = DEFAULT_MODULE_ID) -> TokenPolicy:
         return self.module[module_id].unwrapped().policy
 
+    def save_lm(self, path: str) -> bool:
+        """Writes the policy's LM as a Hugging Face model folder (first learner only); returns
+        whether it wrote one (not with LoRA adapters: the run's checkpoints hold those)."""
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            if torch.distributed.get_rank() != 0:
+                return False
+        lm = self._policy().lm
+        if hasattr(lm, "disable_adapter"):
+            return False
+        lm.save_pretrained(path)
+        return True
+
     def snapshot_reference(self) -> None:
         """Freezes the current policy as the KL reference (LoRA: the base model, adapters off)."""
         policy = self._policy()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 import pytest
 import yaml
@@ -71,6 +73,16 @@ def test_ppo_per_turn_with_a_remote_runner_and_warm_start(tmp_path):
     # The warm start runs before the first iteration line: it says what it does and when done.
     assert "warm start: playing 4 scripted episodes" in out.stdout
     assert "warm start: done" in out.stdout
+    # ... and keeps the warmed-up model as a folder that starts other runs
+    import re
+
+    from memrl.models.llm import load_policy
+
+    saved = Path(re.search(r"warm start: model saved to (\S+)", out.stdout).group(1))
+    assert saved.name == "warm_start_model" and run / "rllib" in saved.parents
+
+    lm, tokenizer = load_policy(saved)
+    assert lm.config.hidden_size == 32 and tokenizer.encode("<think>")
     frame = pd.read_parquet(run / "metrics.parquet")
     assert len(frame) == 2
     cols = " ".join(frame.columns)
