@@ -157,8 +157,7 @@ def run(args: argparse.Namespace) -> int:
 
     from memrl.envs import make_env
     from memrl.models.context import ContextPolicy
-    from memrl.models.prompts import PromptSettings, render_prompt
-    from memrl.runners.text_rollout import rollout
+    from memrl.models.prompts import PromptSettings
 
     torch.set_num_threads(max(1, min(4, torch.get_num_threads())))
     prompt = PromptSettings()
@@ -214,31 +213,7 @@ def run(args: argparse.Namespace) -> int:
                     backend = make_backend(
                         GenerationSettings(backend="hf", seed=args.seed), lm, tokenizer
                     )
-                episodes = []
-                for start in range(0, args.tasks, args.batch):
-                    idx = list(range(start, min(args.tasks, start + args.batch)))
-                    batch_envs = envs[: len(idx)]
-                    if isinstance(backend, ScriptedBackend):
-                        prompts, questions = [], []
-                        for env, i in zip(batch_envs, idx, strict=True):
-                            obs, info = env.reset(options={"task_index": i})
-                            prompts.append(
-                                tokenizer.encode(
-                                    render_prompt(prompt, obs, tokenizer), add_special_tokens=False
-                                )
-                            )
-                            questions.append(info["task"]["questions"])
-                        backend.begin(prompts, questions)
-                    episodes += rollout(
-                        batch_envs,
-                        backend,
-                        tokenizer,
-                        policy=policy,
-                        prompt=prompt,
-                        max_tokens_per_turn=args.max_tokens_per_turn,
-                        reset_options=[{"task_index": i} for i in idx],
-                        greedy=True,
-                    )
+                episodes = _episodes(args, envs, backend, tokenizer, policy, prompt)
                 mem = [ep.memory_metrics() for ep in episodes]
                 obs = [len(t.obs_ids) for ep in episodes for t in ep.turns if t.obs_ids]
                 gen = [len(t.gen_ids) for ep in episodes for t in ep.turns]
@@ -299,6 +274,44 @@ def run(args: argparse.Namespace) -> int:
         ],
     )
     return 0
+
+
+def _episodes(
+    args: argparse.Namespace,
+    envs: list[Any],
+    backend: Any,
+    tokenizer: Any,
+    policy: Any,
+    prompt: Any,
+) -> list[Any]:
+    """Greedy episodes on test tasks 0..args.tasks-1, ``len(envs)`` at a time."""
+    from memrl.models.prompts import render_prompt
+    from memrl.runners.text_rollout import rollout
+
+    episodes = []
+    for start in range(0, args.tasks, len(envs)):
+        idx = list(range(start, min(args.tasks, start + len(envs))))
+        batch_envs = envs[: len(idx)]
+        if isinstance(backend, ScriptedBackend):
+            # The scripted agent plans from each task's questions, read off a reset of its env.
+            prompts, questions = [], []
+            for env, i in zip(batch_envs, idx, strict=True):
+                obs, info = env.reset(options={"task_index": i})
+                text = render_prompt(prompt, obs, tokenizer)
+                prompts.append(tokenizer.encode(text, add_special_tokens=False))
+                questions.append(info["task"]["questions"])
+            backend.begin(prompts, questions)
+        episodes += rollout(
+            batch_envs,
+            backend,
+            tokenizer,
+            policy=policy,
+            prompt=prompt,
+            max_tokens_per_turn=args.max_tokens_per_turn,
+            reset_options=[{"task_index": i} for i in idx],
+            greedy=True,
+        )
+    return episodes
 
 
 def _ratios(rows: list[dict[str, Any]]) -> str:

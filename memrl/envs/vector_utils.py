@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 
 def per_env_seeds(seed: int | list[int | None] | None, num_envs: int) -> list[int | None]:
     """The seed of each env for ``VectorEnv.reset(seed=...)``, as gymnasium's SyncVectorEnv does it:
@@ -33,8 +35,6 @@ def check_actions(actions: Any, num_envs: int, num_actions: int, started: bool, 
         RuntimeError: step() before reset().
         ValueError: not one int in ``[0, num_actions)`` per env.
     """
-    import numpy as np
-
     if not started:
         raise RuntimeError(f"{env}.step() called before reset(); call reset() first")
     actions = np.asarray(actions)

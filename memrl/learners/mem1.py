@@ -49,6 +49,9 @@ class WarmStartSettings:
             )
 
 
+_EVAL_SET_KEYS = {"env_config", "task_offset"}
+
+
 @dataclass(frozen=True)
 class Mem1Settings:
     """An LLM agent with a context policy, trained by token-level PPO or GRPO."""
@@ -141,21 +144,26 @@ class Mem1Settings:
         if self.lr <= 0 or self.critic_lr <= 0 or self.kl_coef < 0 or not 0 < self.clip < 1:
             raise ValueError(f"{where}: lr and critic_lr must be > 0, kl_coef >= 0, clip in (0, 1)")
         for name, spec in self.eval_extra.items():
-            bad = sorted(set(spec) - {"env_config", "task_offset"}) if isinstance(spec, dict) else 0
-            offset = spec.get("task_offset", 0) if isinstance(spec, dict) else None
-            if (
-                bad != []
-                or not name.isidentifier()
-                or not isinstance(spec.get("env_config", {}), dict)
-                or isinstance(offset, bool)
-                or not isinstance(offset, int)
-                or offset < 0
-            ):
+            ok = name.isidentifier() and isinstance(spec, dict) and set(spec) <= _EVAL_SET_KEYS
+            if ok:
+                offset = spec.get("task_offset", 0)
+                ok = isinstance(spec.get("env_config", {}), dict) and (
+                    isinstance(offset, int) and not isinstance(offset, bool) and offset >= 0
+                )
+            if not ok:
                 raise ValueError(
                     f"{where}.eval_extra.{name}: expected a name of letters, digits and _ "
                     "mapping to {env_config: {...}, task_offset: int >= 0}, "
                     f"got {spec!r}"
                 )
+
+    def eval_sets(self) -> dict[str, tuple[dict[str, Any], int]]:
+        """Every evaluation set: metric prefix -> (env.config overrides, first task index); the
+        main set (``eval_env_config``, prefix ``""``) first, then ``eval_extra``."""
+        sets = {"": (dict(self.eval_env_config), 0)}
+        for name, spec in self.eval_extra.items():
+            sets[f"{name}_"] = (dict(spec.get("env_config", {})), int(spec.get("task_offset", 0)))
+        return sets
 
     def make_algorithm_config(self, exp: Any) -> AlgorithmConfig:
         from memrl.learners.token_algorithm import Mem1Config

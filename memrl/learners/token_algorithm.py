@@ -295,11 +295,8 @@ class Mem1Algorithm(Algorithm):
         s: Mem1Settings = self.config.mem1
         if not s.eval_every or self.iteration % s.eval_every:
             return {}
-        sets = {"": ({**s.eval_env_config}, 0)}
-        for name, spec in s.eval_extra.items():
-            sets[f"{name}_"] = (dict(spec.get("env_config", {})), int(spec.get("task_offset", 0)))
         result = {}
-        for prefix, (env_config, offset) in sets.items():
+        for prefix, (env_config, offset) in s.eval_sets().items():
             tasks = list(range(offset, offset + s.eval_tasks))
             rows = self.evaluate_tasks(tasks, env_config=env_config, key=prefix or "main")
             result[f"eval_{prefix}em"] = float(np.mean([r["em"] for r in rows]))

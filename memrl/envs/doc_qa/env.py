@@ -109,7 +109,10 @@ class DocQAEnv(gym.Env):
         self.observation_space = text_space()
         self.action_space = text_space()
         self.tasks: list[Task] = self._load_tasks()
-        self.retriever: Retriever = self._make_retriever()
+        # With synthetic_redraw each task brings its own index, chosen at reset.
+        self.retriever: Retriever | None = (
+            self._make_retriever() if cfg.synthetic_redraw == "none" else None
+        )
         self._action = re.compile(
             rf"<({re.escape(self.tags.search)}|{re.escape(self.tags.answer)})>(.*?)</\1>", re.S
         )
