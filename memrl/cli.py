@@ -120,8 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from memrl.config import load_config
-    from memrl.train import train
+    from memrl.experiment.config import load_config
+    from memrl.experiment.train import train
 
     overrides = list(args.overrides)
     if args.stop_iters is not None:
@@ -136,7 +136,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    from memrl.evaluate import evaluate_checkpoint
+    from memrl.experiment.evaluate import evaluate_checkpoint
 
     evaluate_checkpoint(
         args.checkpoint,
@@ -149,7 +149,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
-    from memrl.tune import run_tune
+    from memrl.experiment.tune import run_tune
 
     return run_tune(args)
 

@@ -24,8 +24,9 @@ MODELS = {
 
 
 def one_setting(model: dict, gpus: float, logdir: Path) -> dict:
-    from memrl.config import build_algorithm_config, load_config
-    from memrl.train import build_algo, flatten
+    from memrl.experiment.build import build_algorithm_config
+    from memrl.experiment.config import load_config
+    from memrl.experiment.train import build_algo, flatten
 
     # A 2000-step batch (20 trials, 2 minibatches) keeps the four settings well under 10 minutes.
     overrides = [
@@ -67,8 +68,8 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("no CUDA device: this check needs a GPU machine (CI never has one)", file=sys.stderr)
         return 2
-    from memrl.bench._report import format_table
-    from memrl.ray_session import ray_session
+    from memrl.experiment.ray_session import ray_session
+    from memrl.experiment.report import format_table
 
     rows = []
     with ray_session(None), tempfile.TemporaryDirectory() as tmp:

@@ -1,1 +1,5 @@
-"""Commands of `memrl bench NAME`: one module per command (see memrl/plugins.py)."""
+"""Commands of `memrl bench NAME`: one module per command (see memrl/plugins.py).
+
+A benchmark prints a table and writes parquet + PNG (``memrl.experiment.report``). Commands may
+import anything in memrl except the CLI; each imports its heavy dependencies inside ``run``.
+"""

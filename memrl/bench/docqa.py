@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 
-from memrl.bench._report import add_output_arguments
+from memrl.experiment.report import add_output_arguments
 
 NAME = "docqa"
 
@@ -37,10 +37,10 @@ def run(args: argparse.Namespace) -> int:
     import logging
     import time
 
-    from memrl.bench._report import Plot, write_report
     from memrl.envs.doc_qa import DocQAEnv, resources
     from memrl.envs.doc_qa.agent import ScriptedAgent, run_episode
     from memrl.envs.retrieval.http import RetrievalServer
+    from memrl.experiment.report import Plot, write_report
 
     logging.getLogger("bm25s").setLevel(logging.WARNING)
     rows = []

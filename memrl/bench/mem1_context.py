@@ -3,7 +3,7 @@
 One model (a local model directory, or ``scripted``: the scripted reference agent driven through the
 same prompts, tokenizer and context policies) and one task set (the synthetic KB's test split), for
 each number of objectives N and each context policy; every figure comes from the rollout loop and
-memory metrics that training uses (memrl/runners/text_rollout.py, memrl/metrics.py).
+memory metrics that training uses (memrl/methods/mem1/rollout.py, memrl/metrics.py).
 
     memrl bench mem1-context --model scripted --objectives 2 8 16 --tasks 16
     memrl bench mem1-context --model scripted --passage-words 0   # the KB's short passages
@@ -24,7 +24,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from memrl.bench._report import Plot, add_output_arguments, write_report
+from memrl.experiment.report import Plot, add_output_arguments, write_report
 
 logger = logging.getLogger(__name__)
 
@@ -125,7 +125,7 @@ class ScriptedBackend:
             self._agents[tuple(ids)] = agent
 
     def generate(self, prompts, stops, max_new_tokens, *, greedy=False):
-        from memrl.models.generation.base import Generation
+        from memrl.methods.mem1.generation.base import Generation
 
         out = []
         info_tag = f"<{self.prompt.tag('information')}>"
@@ -141,11 +141,10 @@ class ScriptedBackend:
 
 def _scripted_tokenizer(args: argparse.Namespace, prompt: Any, base_env: dict[str, Any]) -> Any:
     if args.tokenizer:
-        from memrl.models.llm_net import load_tokenizer
+        from memrl.methods.mem1.network import load_tokenizer
 
         return load_tokenizer(args.tokenizer)
-    from memrl.models.llm import env_texts
-    from memrl.models.tokenizer import build_tokenizer
+    from memrl.methods.mem1.tiny import build_tokenizer, env_texts
 
     texts = env_texts("memrl/DocQA-v0", base_env, prompt, 100)
     return build_tokenizer(texts, 2048, prompt.all_tag_strings())
@@ -156,8 +155,8 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from memrl.envs import make_env
-    from memrl.models.context import ContextPolicy
-    from memrl.models.prompts import PromptSettings
+    from memrl.methods.mem1.context import ContextPolicy
+    from memrl.methods.mem1.prompts import PromptSettings
 
     torch.set_num_threads(max(1, min(4, torch.get_num_threads())))
     prompt = PromptSettings()
@@ -171,15 +170,15 @@ def run(args: argparse.Namespace) -> int:
         for fraction in args.multi_hop_fraction
     ]  # fmt: skip
     if args.config:
-        from memrl.config import load_config
+        from memrl.experiment.config import load_config
 
         exp = load_config(args.config)
         prompt = exp.algorithm.prompt
         settings = [dict(exp.env.config)]
     lm = tokenizer = None
     if args.model != "scripted":
-        from memrl.models.generation import GenerationSettings, make_backend
-        from memrl.models.llm import load_policy
+        from memrl.methods.mem1.generation import GenerationSettings, make_backend
+        from memrl.methods.mem1.rlmodule import load_policy
 
         lm, tokenizer = load_policy(args.model)
         if torch.cuda.is_available():
@@ -285,8 +284,8 @@ def _episodes(
     prompt: Any,
 ) -> list[Any]:
     """Greedy episodes on test tasks 0..args.tasks-1, ``len(envs)`` at a time."""
-    from memrl.models.prompts import render_prompt
-    from memrl.runners.text_rollout import rollout
+    from memrl.methods.mem1.prompts import render_prompt
+    from memrl.methods.mem1.rollout import rollout
 
     episodes = []
     for start in range(0, args.tasks, len(envs)):

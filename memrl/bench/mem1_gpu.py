@@ -17,7 +17,7 @@ import argparse
 import logging
 import time
 
-from memrl.bench._report import Plot, add_output_arguments, write_report
+from memrl.experiment.report import Plot, add_output_arguments, write_report
 
 logger = logging.getLogger(__name__)
 
@@ -84,11 +84,11 @@ def run(args: argparse.Namespace) -> int:
     import numpy as np
     import torch
 
-    from memrl.learners.token_batch import collate, pack_rows
-    from memrl.models.context import ContextPolicy, Turn, packed_unit, per_turn_units
-    from memrl.models.generation.base import GenerationSettings
-    from memrl.models.generation.hf import HFBackend
-    from memrl.models.llm_net import TokenPolicy
+    from memrl.methods.mem1.batch import collate, pack_rows
+    from memrl.methods.mem1.context import ContextPolicy, Turn, packed_unit, per_turn_units
+    from memrl.methods.mem1.generation.base import GenerationSettings
+    from memrl.methods.mem1.generation.hf import HFBackend
+    from memrl.methods.mem1.network import TokenPolicy
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = torch.bfloat16 if device == "cuda" else torch.float32

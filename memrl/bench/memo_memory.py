@@ -17,7 +17,7 @@ import logging
 import time
 from typing import Any
 
-from memrl.bench._report import Plot, add_output_arguments, write_report
+from memrl.experiment.report import Plot, add_output_arguments, write_report
 
 NAME = "memo-memory"
 logger = logging.getLogger(__name__)
@@ -95,7 +95,7 @@ def _fill(net: Any, batch: int, t: int, extra: int) -> Any:
 def measure(mode: str, t: int, batch: int, args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
-    from memrl.models.memo import MemoConfig, MemoTransformer
+    from memrl.methods.memo.network import MemoConfig, MemoTransformer
 
     cfg = MemoConfig(
         d_model=args.d_model,

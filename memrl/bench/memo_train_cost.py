@@ -16,7 +16,7 @@ import multiprocessing as mp
 import time
 from typing import Any
 
-from memrl.bench._report import Plot, add_output_arguments, write_report
+from memrl.experiment.report import Plot, add_output_arguments, write_report
 
 NAME = "memo-train-cost"
 logger = logging.getLogger(__name__)
@@ -56,7 +56,7 @@ def _learner_pass(spec: dict[str, Any], out: Any) -> None:
 
     import torch
 
-    from memrl.models.memo import MemoConfig, MemoTransformer
+    from memrl.methods.memo.network import MemoConfig, MemoTransformer
 
     torch.set_num_threads(spec.pop("threads"))
     trial_len = spec.pop("trial_len")
@@ -100,7 +100,8 @@ def learner_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
 def sampling_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
     import ray
 
-    from memrl.config import build_algorithm_config, parse_config
+    from memrl.experiment.build import build_algorithm_config
+    from memrl.experiment.config import parse_config
 
     base = {
         "env": {

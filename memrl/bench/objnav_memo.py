@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from memrl.bench._report import Plot, add_output_arguments, write_report
+from memrl.experiment.report import Plot, add_output_arguments, write_report
 
 NAME = "objnav-memo"
 logger = logging.getLogger(__name__)
@@ -124,10 +124,11 @@ def load_policy(run: str, overrides: dict[str, Any]) -> tuple[Any, dict[str, Any
     """
     import yaml
 
-    from memrl.config import parse_config
     from memrl.envs import make_env
-    from memrl.evaluate import resolve_checkpoint
-    from memrl.models.memo_rlmodule import MemoModelSettings, MemoRLModule
+    from memrl.experiment.config import parse_config
+    from memrl.experiment.evaluate import resolve_checkpoint
+    from memrl.methods.memo.rlmodule import MemoRLModule
+    from memrl.methods.memo.settings import MemoModelSettings
 
     run_dir, ckpt = resolve_checkpoint(run)
     exp = parse_config(yaml.safe_load(run_dir.config.read_text()))
@@ -168,7 +169,7 @@ def run_trials(
     from ray.rllib.core.columns import Columns
 
     from memrl.envs.objnav import ObjNavConfig, ObjNavVec
-    from memrl.runners.memo_connectors import MEMO_TRIAL_T
+    from memrl.methods.memo.columns import MEMO_TRIAL_T
 
     cfg = ObjNavConfig.from_kwargs({**env_config, "trial_len": args.trial_len, "seed": args.seed})
     vec = ObjNavVec(args.trials, cfg, autoreset=False)

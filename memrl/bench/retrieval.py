@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 
-from memrl.bench._report import add_output_arguments
+from memrl.experiment.report import add_output_arguments
 
 NAME = "retrieval"
 MODES = ("in-process", "http", "ray")
@@ -77,11 +77,11 @@ def run(args: argparse.Namespace) -> int:
     import numpy as np
     import psutil
 
-    from memrl.bench._report import Plot, write_report
     from memrl.envs.doc_qa.synthetic import SyntheticKB
     from memrl.envs.retrieval.corpus import save_corpus
     from memrl.envs.retrieval.http import HTTPRetriever, RetrievalServer
     from memrl.envs.retrieval.local import LocalRetriever, build_index, load_index
+    from memrl.experiment.report import Plot, write_report
 
     logging.getLogger("bm25s").setLevel(logging.WARNING)
     if args.pin_core and hasattr(os, "sched_setaffinity"):

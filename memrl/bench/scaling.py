@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from memrl.bench._report import Plot, add_output_arguments, write_report
+from memrl.experiment.report import Plot, add_output_arguments, write_report
 
 NAME = "scaling"
 ENV_ID = "memrl/DarkKeyToDoor-v0"
@@ -194,8 +194,9 @@ def _sample_round(algo: Any, steps: int) -> tuple[float, float]:
 def measure(config: dict[str, Any], iters: int, logdir: Path) -> dict[str, float]:
     """Builds the algorithm, runs one warm-up iteration, then times ``iters`` iterations and one
     sampling-only round of a train batch."""
-    from memrl.config import build_algorithm_config, parse_config
-    from memrl.train import build_algo, flatten
+    from memrl.experiment.build import build_algorithm_config
+    from memrl.experiment.config import parse_config
+    from memrl.experiment.train import build_algo, flatten
 
     algo = build_algo(build_algorithm_config(parse_config(config)), logdir)
     try:
@@ -246,7 +247,7 @@ def run(args: argparse.Namespace) -> int:
 
     import torch
 
-    from memrl.ray_session import ray_session
+    from memrl.experiment.ray_session import ray_session
 
     torch.set_num_threads(1)
     if args.quick:

@@ -14,7 +14,7 @@ from memrl_testing import TINY_MEMO
 
 from memrl.bench import objnav_memo
 from memrl.envs.objnav import ObjNavConfig, ObjNavVec
-from memrl.models.memo_rlmodule import MemoRLModule
+from memrl.methods.memo.rlmodule import MemoRLModule
 
 torch.set_num_threads(1)
 
@@ -94,8 +94,8 @@ def test_trials_report_episodes_and_the_cache_held_at_the_end(mode, extra, token
 
 @pytest.mark.slow
 def test_bench_evaluates_a_trained_run(tmp_path):
-    from memrl.config import parse_config
-    from memrl.train import train
+    from memrl.experiment.config import parse_config
+    from memrl.experiment.train import train
 
     exp = parse_config(
         {
@@ -141,7 +141,7 @@ def test_objnav_configs_parse_with_the_paper_training_shape(name):
 
     import yaml
 
-    from memrl.config import parse_config
+    from memrl.experiment.config import parse_config
 
     path = Path(__file__).parents[2] / "configs" / f"objnav_{name}.yaml"
     exp = parse_config(yaml.safe_load(path.read_text()))

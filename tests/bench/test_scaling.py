@@ -9,7 +9,7 @@ import math
 import pytest
 
 from memrl.bench import scaling
-from memrl.config import parse_config
+from memrl.experiment.config import parse_config
 
 
 def _args(*argv: str) -> argparse.Namespace:

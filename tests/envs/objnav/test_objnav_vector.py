@@ -73,7 +73,8 @@ def test_memo_trains_on_the_vector_env_through_rllib(monkeypatch):
     import ray
 
     import memrl.envs
-    from memrl.config import build_algorithm_config, gym_vectorize_mode, parse_config
+    from memrl.experiment.build import build_algorithm_config, gym_vectorize_mode
+    from memrl.experiment.config import parse_config
 
     # The registry entry of memrl/envs/__init__.py, pinned here so the test checks this class.
     monkeypatch.setitem(

@@ -1,0 +1,129 @@
+"""`memrl eval`: run a checkpoint's policy for N episodes and report what it achieves.
+
+The run's ``config.yaml`` (next to ``checkpoints/``) rebuilds the algorithm with a single local env
+runner (no remote runners, no remote learners, no GPUs), the checkpoint is restored into it and its
+weights are pushed to that runner; episodes are then sampled with ``explore=False`` (the policy's
+mode) unless ``--explore``. For envs with inner episodes (Dark-Key-To-Door, corridor, ObjNav) the
+report includes the mean return of each inner-episode index within a trial.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from memrl.experiment.build import build_algorithm_config
+from memrl.experiment.config import apply_overrides, parse_config
+from memrl.experiment.ray_session import ray_session
+from memrl.experiment.train import CHECKPOINT_PREFIX, RunDir, build_algo, sync_env_runner_weights
+
+logger = logging.getLogger(__name__)
+
+
+def resolve_checkpoint(path: str | Path) -> tuple[RunDir, Path]:
+    """Accepts a checkpoint dir or a run dir (then its newest checkpoint)."""
+    p = Path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"Checkpoint {str(p)!r} does not exist.")
+    if (p / "config.yaml").is_file():
+        run = RunDir(p)
+        ckpt = run.latest_checkpoint()
+        if ckpt is None:
+            raise FileNotFoundError(f"Run {p} has no checkpoint yet.")
+        return run, ckpt
+    if p.name.startswith(CHECKPOINT_PREFIX) and (p.parent.parent / "config.yaml").is_file():
+        return RunDir(p.parent.parent), p
+    raise ValueError(
+        f"{p} is neither a run directory (with config.yaml) nor a checkpoint inside one "
+        f"(RUN/checkpoints/{CHECKPOINT_PREFIX}NNNNNN)."
+    )
+
+
+def evaluate_checkpoint(
+    checkpoint: str | Path,
+    *,
+    episodes: int | None = None,
+    output: str | Path | None = None,
+    overrides: list[str] | None = None,
+    explore: bool = False,
+    echo: Any = print,
+) -> dict[str, Any]:
+    """Evaluates a checkpoint; returns (and optionally writes as JSON) the results."""
+    from memrl.experiment.callbacks import inner_episode_stats
+
+    run, ckpt = resolve_checkpoint(checkpoint)
+    data = yaml.safe_load(run.config.read_text())
+    data = apply_overrides(data, list(overrides or []))
+    exp = parse_config(data)
+    episodes = episodes or exp.run.eval_episodes
+    if episodes < 1:
+        raise ValueError(f"--episodes must be >= 1, got {episodes}")
+    exp = replace(
+        exp,
+        resources=replace(
+            exp.resources,
+            num_env_runners=0,
+            num_learners=0,
+            num_gpus_per_learner=0.0,
+            num_gpus_per_env_runner=0.0,
+            custom_resources_per_env_runner={},
+        ),
+    )
+    with ray_session(None, num_cpus=1):
+        algo = build_algo(build_algorithm_config(exp.located(run.path)), run.path / "rllib")
+        try:
+            algo.restore_from_path(str(ckpt.resolve()))
+            sync_env_runner_weights(algo)
+            runner = algo.env_runner
+            t0 = time.time()
+            done: list[Any] = []
+            while len(done) < episodes:
+                batch = runner.sample(num_episodes=episodes - len(done), explore=explore)
+                done += [ep for ep in batch if ep.is_done]
+            seconds = time.time() - t0
+        finally:
+            algo.stop()
+    done = done[:episodes]
+    returns = [float(ep.get_return()) for ep in done]
+    lengths = [len(ep) for ep in done]
+    result: dict[str, Any] = {
+        "checkpoint": str(ckpt),
+        "env": exp.env.id,
+        "episodes": len(done),
+        "explore": explore,
+        "return_mean": sum(returns) / len(returns),
+        "return_std": _std(returns),
+        "return_min": min(returns),
+        "return_max": max(returns),
+        "len_mean": sum(lengths) / len(lengths),
+        "env_steps_per_s": sum(lengths) / max(seconds, 1e-9),
+        "returns": returns,
+    }
+    result.update(inner_episode_stats(done))
+    echo(
+        f"{ckpt}: {len(done)} episodes, return {result['return_mean']:.3f} "
+        f"+- {result['return_std']:.3f} (min {result['return_min']:.2f}, "
+        f"max {result['return_max']:.2f}), length {result['len_mean']:.1f}"
+    )
+    if "inner_return_by_index" in result:
+        by_index = ", ".join(f"{v:.2f}" for v in result["inner_return_by_index"][:12])
+        echo(f"return per inner-episode index: {by_index}")
+        echo(f"inner-episode success rate: {result['inner_success_rate']:.3f}")
+    if output:
+        out = Path(output)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=1))
+        echo(f"wrote {out}")
+    return result
+
+
+def _std(values: list[float]) -> float:
+    mean = sum(values) / len(values)
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))

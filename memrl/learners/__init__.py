@@ -1,1 +1,0 @@
-"""RLlib Learners, algorithm settings and pure loss functions."""

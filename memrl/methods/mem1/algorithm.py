@@ -1,0 +1,336 @@
+"""The MEM1 Algorithm on RLlib: text env runners sample, token learners update, weights sync back.
+
+One ``training_step``:
+1. every ``TextEnvRunner`` plays its batch of episodes (memrl/methods/mem1/env_runner.py);
+2. episodes become rows of token sequences in the configured sequence mode
+   (memrl/methods/mem1/batch.py), scored once by the learner (current, reference, values);
+3. advantages: PPO sums KL-shaped token rewards plus the outcome at the episode's last token into
+   returns (gamma = lambda = 1) minus the critic's values; GRPO normalizes each episode's reward
+   within its own group and broadcasts it to the episode's tokens;
+4. ``learner_group.update`` per minibatch, then ``sync_weights`` to the env runners.
+Metrics go to ``self.metrics``: env runner figures under ``env_runners/``, losses under
+``learners/<module_id>/``, where the iteration's memory figures (``rollout_peak_tokens``, ...)
+and evaluations (``eval_em``, ...) are repeated so that every run's metrics table has them.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from ray.rllib.algorithms.algorithm import Algorithm
+from ray.rllib.algorithms.algorithm_config import AlgorithmConfig, NotProvided
+from ray.rllib.core import DEFAULT_MODULE_ID
+from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+from ray.rllib.execution.rollout_ops import synchronous_parallel_sample
+from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
+from ray.rllib.utils.metrics import (
+    ENV_RUNNER_RESULTS,
+    ENV_RUNNER_SAMPLING_TIMER,
+    LEARNER_RESULTS,
+    LEARNER_UPDATE_TIMER,
+    NUM_ENV_STEPS_SAMPLED_LIFETIME,
+    SYNCH_WORKER_WEIGHTS_TIMER,
+    TIMERS,
+)
+
+from memrl.methods.mem1.batch import (
+    build_rows,
+    episode_token_sum,
+    group_normalized,
+    last_token_of_episode,
+    slice_rows,
+    token_returns,
+)
+from memrl.methods.mem1.context import ContextPolicy
+from memrl.methods.mem1.settings import Mem1Settings
+
+logger = logging.getLogger(__name__)
+
+WARM_START_DIR = "warm_start_model"
+"""Folder (in the algorithm's log directory, under the run's ``rllib/``) that holds the model
+right after its warm start."""
+
+
+class Mem1Config(AlgorithmConfig):
+    """AlgorithmConfig of MEM1: ``mem1`` holds the ``Mem1Settings``; ``text_env_id`` the env id."""
+
+    def __init__(self, algo_class: type | None = None) -> None:
+        super().__init__(algo_class=algo_class or Mem1Algorithm)
+        self.mem1 = Mem1Settings()
+        self.text_env_id = "memrl/DocQA-v0"
+        from memrl.methods.mem1.env_runner import TextEnvRunner
+
+        self.env_runner_cls = TextEnvRunner
+        self.num_envs_per_env_runner = 8
+
+    def get_default_learner_class(self) -> type:
+        from memrl.methods.mem1.learner import TokenLearner
+
+        return TokenLearner
+
+    def get_default_rl_module_spec(self) -> RLModuleSpec:
+        from memrl.methods.mem1.rlmodule import LLMRLModule
+
+        return RLModuleSpec(module_class=LLMRLModule)
+
+    def training(self, *, mem1: Mem1Settings | Any = NotProvided, **kwargs: Any) -> Mem1Config:
+        super().training(**kwargs)
+        if mem1 is not NotProvided:
+            self.mem1 = mem1
+        return self
+
+    @property
+    def context_policy(self) -> ContextPolicy:
+        return ContextPolicy(self.mem1.context_policy, self.mem1.last_k)
+
+
+class Mem1Algorithm(Algorithm):
+    """Samples text episodes, trains the LLM on their generated tokens (PPO or GRPO)."""
+
+    @classmethod
+    def get_default_config(cls) -> Mem1Config:
+        return Mem1Config()
+
+    def setup(self, config: AlgorithmConfig) -> None:
+        super().setup(config)
+        from memrl.methods.mem1.network import load_tokenizer
+
+        self._tokenizer = load_tokenizer(self.config.rl_module_spec.model_config["path"])
+        self._iteration_seed = int(self.config.seed or 0)
+        self.warm_start_losses: list[float] = []  # one loss per warm-start step, once it has run
+
+    def _rows(self, episodes: list[Any]) -> dict[str, Any]:
+        """The learner rows of these episodes, in the configured sequence mode."""
+        s = self.config.mem1
+        return build_rows(
+            episodes,
+            self.config.context_policy,
+            s.sequence_mode,
+            s.max_tokens_per_row,
+            self._tokenizer.pad_token_id,
+        )
+
+    def _warm_start(self) -> None:
+        from memrl.methods.mem1.warm_start import scripted_episodes
+
+        s = self.config.mem1
+        ws = s.warm_start
+        started = time.monotonic()
+        print(f"warm start: playing {ws.episodes:,} scripted episodes", flush=True)
+        episodes = scripted_episodes(
+            self.config.text_env_id,
+            ws.env(dict(self.config.env_config)),
+            self._tokenizer,
+            policy=self.config.context_policy,
+            prompt=s.prompt,
+            episodes=ws.episodes,
+            task_offset=ws.task_offset,
+            max_obs_tokens=s.max_obs_tokens,
+        )
+        cols = self._rows(episodes)
+        print(
+            f"warm start: imitating {len(episodes):,} episodes ({len(cols['input_ids']):,} rows) "
+            f"for {ws.epochs} epoch(s) | {time.monotonic() - started:.0f}s",
+            flush=True,
+        )
+        # Every learner fits the same rows from the same weights with the same seed, so several
+        # learners stay in step without gradient all-reduce (the lambda captures no Algorithm).
+        seed = self._iteration_seed
+        results = self.learner_group.foreach_learner(
+            lambda learner: learner.sft_update(
+                cols, epochs=ws.epochs, rows_per_batch=ws.rows_per_batch, lr=ws.lr, seed=seed
+            )
+        )
+        losses = _first(results)
+        print(
+            f"warm start: done, {len(losses):,} steps, loss {losses[0]:.3f} -> {losses[-1]:.3f}"
+            f" | {time.monotonic() - started:.0f}s",
+            flush=True,
+        )
+        self.warm_start_losses = losses
+        self.env_runner_group.sync_weights(
+            from_worker_or_learner_group=self.learner_group, inference_only=True
+        )
+        self._save_warm_start()
+
+    def _save_warm_start(self) -> None:
+        """Keeps the warmed-up model as a model folder beside the run's RLlib files, so minutes of
+        imitation survive a crash before the first checkpoint and can start other runs
+        (``model.path: DIR`` with ``warm_start.episodes: 0``)."""
+        out = Path(self.logdir) / WARM_START_DIR
+        results = self.learner_group.foreach_learner(lambda learner: learner.save_lm(str(out)))
+        wrote = any(item.get() for item in results)
+        if not wrote:
+            print("warm start: model not saved as a folder (LoRA: it is in the checkpoints)")
+            return
+        self._tokenizer.save_pretrained(str(out))
+        print(
+            f"warm start: model saved to {out} (reuse: --set model.path={out} "
+            "--set algorithm.warm_start.episodes=0)",
+            flush=True,
+        )
+
+    def training_step(self) -> None:
+        s: Mem1Settings = self.config.mem1
+        # In the first iteration, not at setup: an algorithm restored from a checkpoint (resume,
+        # `memrl eval`) has iteration > 0 and must not redo it.
+        if self.iteration == 0 and s.warm_start.episodes > 0 and not self.warm_start_losses:
+            self._warm_start()
+        with self.metrics.log_time((TIMERS, ENV_RUNNER_SAMPLING_TIMER)):
+            sampled, runner_metrics = synchronous_parallel_sample(
+                worker_set=self.env_runner_group,
+                sample_timeout_s=self.config.sample_timeout_s,
+                _uses_new_env_runners=True,
+                _return_metrics=True,
+            )
+        episodes = [ep for item in sampled for ep in (item if isinstance(item, list) else [item])]
+        if not episodes:
+            return
+        self.metrics.aggregate(runner_metrics, key=ENV_RUNNER_RESULTS)
+        evaluation = self._maybe_evaluate()
+
+        with self.metrics.log_time((TIMERS, LEARNER_UPDATE_TIMER)):
+            cols = self._rows(episodes)
+            rows_per_chunk = max(1, -(-cols["input_ids"].shape[0] // s.num_minibatches))
+            scored = _first(
+                self.learner_group.foreach_learner(
+                    lambda learner: learner.score_rows(cols, rows_per_chunk)
+                )
+            )
+            stats = self._add_advantages(cols, scored, episodes)
+            stats.update(self._rollout_stats(episodes), **evaluation)
+            self._update(cols, stats)
+
+        with self.metrics.log_time((TIMERS, SYNCH_WORKER_WEIGHTS_TIMER)):
+            self.env_runner_group.sync_weights(
+                from_worker_or_learner_group=self.learner_group, inference_only=True
+            )
+
+    def _update(self, cols: dict[str, np.ndarray], stats: dict[str, float]) -> None:
+        s: Mem1Settings = self.config.mem1
+        rows = cols["input_ids"].shape[0]
+        rng = np.random.default_rng(self._iteration_seed)
+        self._iteration_seed += 1
+        keys = (
+            "input_ids",
+            "position_ids",
+            "seg",
+            "vis",
+            "loss_mask",
+            "old_logp",
+            "advantages",
+            "ref_logp",
+            *(("old_values", "returns") if s.algorithm == "ppo" else ()),
+        )
+        lifetime = self.metrics.peek(
+            (ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME), default=0
+        )
+        for _ in range(s.num_epochs):
+            for index in np.array_split(rng.permutation(rows), min(rows, s.num_minibatches)):
+                sub = slice_rows({k: cols[k] for k in keys}, index)
+                batch = MultiAgentBatch({DEFAULT_MODULE_ID: SampleBatch(sub)}, env_steps=len(index))
+                results = self.learner_group.update(
+                    batch=batch, timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: lifetime}
+                )
+                self.metrics.aggregate(results, key=LEARNER_RESULTS)
+        self.metrics.log_dict(stats, key=(LEARNER_RESULTS, DEFAULT_MODULE_ID), window=1)
+
+    def _add_advantages(
+        self, cols: dict[str, np.ndarray], scored: dict[str, np.ndarray], episodes: list[Any]
+    ) -> dict[str, float]:
+        """Adds old_logp, ref_logp, advantages (and PPO's old_values, returns) to ``cols``."""
+        s: Mem1Settings = self.config.mem1
+        mask = cols["loss_mask"]
+        rewards = np.asarray(
+            [ep.env_reward - s.format_penalty * ep.format_errors for ep in episodes],
+            dtype=np.float64,
+        )
+        gap = np.abs(scored["logp"] - cols["behaviour_logp"])[mask]
+        cols["old_logp"] = scored["logp"] if s.recompute_old_logp else cols["behaviour_logp"]
+        cols["ref_logp"] = scored["ref_logp"]
+        stats = {
+            "logp_gap_mean": float(gap.mean()) if gap.size else 0.0,
+            "logp_gap_max": float(gap.max()) if gap.size else 0.0,
+            "reward_mean": float(rewards.mean()),
+            "train_rows": float(mask.shape[0]),
+            "train_tokens": float((cols["seg"] != cols["vis"].shape[1] - 1).sum()),
+        }
+        if s.algorithm == "ppo":
+            kl = (cols["old_logp"] - cols["ref_logp"]) * mask
+            token_rewards = -s.kl_coef * kl
+            last = last_token_of_episode(cols, len(episodes))
+            token_rewards[last] += rewards[cols["episode"][last]]
+            returns = token_returns(token_rewards.astype(np.float32), cols)
+            advantages = (returns - scored["values"]) * mask
+            if s.whiten_advantages and mask.any():
+                a = advantages[mask]
+                advantages[mask] = (a - a.mean()) / (a.std() + 1e-8)
+            cols["returns"] = returns.astype(np.float32)
+            cols["old_values"] = scored["values"]
+            cols["advantages"] = advantages.astype(np.float32)
+            stats["kl_reward_mean"] = float(episode_token_sum(kl, cols, len(episodes)).mean())
+        else:
+            adv = group_normalized(rewards, [ep.group_id for ep in episodes])
+            ep_index = np.where(mask, cols["episode"], 0)
+            cols["advantages"] = np.where(mask, adv[ep_index], 0.0).astype(np.float32)
+        return stats
+
+    @staticmethod
+    def _rollout_stats(episodes: list[Any]) -> dict[str, float]:
+        """This iteration's memory and outcome figures (also under env_runners/, per runner)."""
+        mem = [ep.memory_metrics() for ep in episodes]
+        out = {f"rollout_{k}": float(np.mean([m[k] for m in mem])) for k in mem[0]}
+        for key in ("em", "f1"):
+            values = [ep.info[key] for ep in episodes if key in ep.info]
+            if values:
+                out[f"rollout_{key}"] = float(np.mean(values))
+        out["rollout_seconds_per_episode"] = float(np.mean([ep.seconds for ep in episodes]))
+        return out
+
+    def _maybe_evaluate(self) -> dict[str, float]:
+        s: Mem1Settings = self.config.mem1
+        if not s.eval_every or self.iteration % s.eval_every:
+            return {}
+        result = {}
+        for prefix, (env_config, offset) in s.eval_sets().items():
+            tasks = list(range(offset, offset + s.eval_tasks))
+            rows = self.evaluate_tasks(tasks, env_config=env_config, key=prefix or "main")
+            result[f"eval_{prefix}em"] = float(np.mean([r["em"] for r in rows]))
+            result[f"eval_{prefix}f1"] = float(np.mean([r["f1"] for r in rows]))
+            if not prefix:
+                result["eval_peak_tokens"] = float(np.mean([r["peak_tokens"] for r in rows]))
+        self.metrics.log_dict(result, key=ENV_RUNNER_RESULTS, window=1)
+        return result
+
+    def evaluate_tasks(
+        self,
+        task_indices: list[int],
+        env_config: dict[str, Any] | None = None,
+        key: str = "main",
+    ) -> list[dict[str, float]]:
+        """Greedy episodes on held-out tasks, spread over the env runners; one row per task.
+
+        ``env_config``: env.config overrides of the evaluation envs (default: ``eval_env_config``);
+        ``key`` names the set, so each runner keeps one set of envs per evaluation set.
+        """
+        group = self.env_runner_group
+        if group.num_remote_workers() == 0:
+            return group.local_env_runner.evaluate(task_indices, env_config, key)
+        n = group.num_healthy_remote_workers()
+        shards = [task_indices[i::n] for i in range(n)]
+        results = group.foreach_env_runner(
+            lambda runner: runner.evaluate(shards[(runner.worker_index - 1) % n], env_config, key),
+            local_env_runner=False,
+        )
+        return [row for rows in results for row in rows]
+
+
+def _first(results: Any) -> Any:
+    """The first learner's return value of a ``foreach_learner`` call."""
+    for item in results:
+        return item.get()
+    raise RuntimeError("no learner answered")

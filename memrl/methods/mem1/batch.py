@@ -1,0 +1,191 @@
+"""Episodes -> rows of packed token sequences, and the advantages computed over them.
+
+Every sequence mode produces ``Unit``s from the context policy (memrl/methods/mem1/context.py):
+``per_turn`` one exact unit per turn, ``packed`` one masked unit per episode (MEM1's
+approximation), ``packed_exact`` one unit per episode that re-encodes what differs (exact).
+Units are then packed first-fit into rows of at most ``max_tokens_per_row`` tokens; inside a row
+each unit keeps its own segments and positions, and units never see each other (block-diagonal
+``vis``), so packing wastes no compute on padding beyond each row's tail.
+
+Columns of a row batch (B rows, T tokens, S segments):
+``input_ids``, ``position_ids``, ``seg`` (B, T) int64; ``vis`` (B, S, S) bool; ``loss_mask`` (B, T)
+bool; ``behaviour_logp`` (B, T) float32; ``episode`` and ``token_order`` (B, T) int64 (-1 off loss).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from memrl.methods.mem1.context import (
+    ContextPolicy,
+    Unit,
+    packed_exact_unit,
+    packed_unit,
+    per_turn_units,
+)
+
+SEQUENCE_MODES = ("per_turn", "packed", "packed_exact")
+
+
+def episode_units(
+    episodes: Sequence[Any], policy: ContextPolicy, mode: str
+) -> list[tuple[int, Unit]]:
+    """(episode index, unit) pairs of a list of ``TextEpisode``s in a sequence mode."""
+    if mode not in SEQUENCE_MODES:
+        raise ValueError(f"sequence_mode must be one of {SEQUENCE_MODES}, got {mode!r}")
+    out = []
+    for e, ep in enumerate(episodes):
+        if not ep.turns:
+            continue
+        if mode == "per_turn":
+            out += [(e, u) for u in per_turn_units(policy, ep.prompt_ids, ep.turns)]
+        elif mode == "packed":
+            out.append((e, packed_unit(policy, ep.prompt_ids, ep.turns)))
+        else:
+            out.append((e, packed_exact_unit(policy, ep.prompt_ids, ep.turns)))
+    return out
+
+
+def pack_rows(units: Sequence[tuple[int, Unit]], max_tokens_per_row: int) -> list[list[int]]:
+    """First-fit-decreasing bins of unit indices; a unit longer than the cap gets its own row."""
+    order = sorted(range(len(units)), key=lambda i: -len(units[i][1]))
+    rows: list[list[int]] = []
+    room: list[int] = []
+    for i in order:
+        n = len(units[i][1])
+        for r, free in enumerate(room):
+            if n <= free:
+                rows[r].append(i)
+                room[r] -= n
+                break
+        else:
+            rows.append([i])
+            room.append(max(0, max_tokens_per_row - n))
+    return rows
+
+
+def collate(
+    units: Sequence[tuple[int, Unit]], rows: Sequence[Sequence[int]], pad_id: int
+) -> dict[str, np.ndarray]:
+    """Row batch of the given bins (see the module docstring for the columns)."""
+    lengths = [sum(len(units[i][1]) for i in row) for row in rows]
+    segs = [sum(units[i][1].vis.shape[0] for i in row) for row in rows]
+    b, t, s = len(rows), max(lengths), max(segs) + 1  # + one padding segment
+    cols = {
+        "input_ids": np.full((b, t), pad_id, dtype=np.int64),
+        "position_ids": np.zeros((b, t), dtype=np.int64),
+        "seg": np.full((b, t), s - 1, dtype=np.int64),
+        "vis": np.zeros((b, s, s), dtype=bool),
+        "loss_mask": np.zeros((b, t), dtype=bool),
+        "behaviour_logp": np.zeros((b, t), dtype=np.float32),
+        "episode": np.full((b, t), -1, dtype=np.int64),
+        "token_order": np.full((b, t), -1, dtype=np.int64),
+    }
+    cols["vis"][:, s - 1, s - 1] = True
+    for r, row in enumerate(rows):
+        pos, seg0 = 0, 0
+        for i in row:
+            e, u = units[i]
+            n, k = len(u), u.vis.shape[0]
+            sl = slice(pos, pos + n)
+            cols["input_ids"][r, sl] = u.input_ids
+            cols["position_ids"][r, sl] = u.position_ids
+            cols["seg"][r, sl] = u.seg + seg0
+            cols["vis"][r, seg0 : seg0 + k, seg0 : seg0 + k] = u.vis
+            cols["loss_mask"][r, sl] = u.loss_mask
+            cols["behaviour_logp"][r, sl] = u.behaviour_logp
+            cols["episode"][r, sl] = np.where(u.loss_mask, e, -1)
+            cols["token_order"][r, sl] = u.token_order
+            pos += n
+            seg0 += k
+    return cols
+
+
+def build_rows(
+    episodes: Sequence[Any], policy: ContextPolicy, mode: str, max_tokens_per_row: int, pad_id: int
+) -> dict[str, np.ndarray]:
+    """Episodes -> one row batch (all rows of this training iteration)."""
+    units = episode_units(episodes, policy, mode)
+    if not units:
+        raise ValueError("no episode has a generated turn; nothing to train on")
+    return collate(units, pack_rows(units, max_tokens_per_row), pad_id)
+
+
+def slice_rows(cols: dict[str, np.ndarray], index: Sequence[int]) -> dict[str, np.ndarray]:
+    """A sub-batch of rows, trimmed to its own longest row and segment count."""
+    sub = {k: v[np.asarray(index)] for k, v in cols.items()}
+    # Real tokens fill a prefix of each row; the rest is the padding segment (the last one).
+    real = sub["seg"] != sub["vis"].shape[1] - 1
+    t = max(1, int(real.sum(1).max()))
+    for k, v in sub.items():
+        if k != "vis" and v.ndim == 2:
+            sub[k] = v[:, :t]
+    return sub
+
+
+def episode_token_sum(
+    values: np.ndarray, cols: dict[str, np.ndarray], num_episodes: int
+) -> np.ndarray:
+    """Per-episode sum of a per-token quantity over loss tokens."""
+    mask = cols["loss_mask"]
+    return np.bincount(cols["episode"][mask], weights=values[mask], minlength=num_episodes)
+
+
+def token_returns(token_rewards: np.ndarray, cols: dict[str, np.ndarray]) -> np.ndarray:
+    """Reward-to-go over each episode's generated tokens, in generation order (gamma = 1).
+
+    Args:
+        token_rewards: (B, T) reward of each loss token (0 elsewhere).
+
+    Returns:
+        (B, T) the sum of the episode's token rewards from this token on (0 off loss).
+    """
+    mask = cols["loss_mask"]
+    ep, order = cols["episode"][mask], cols["token_order"][mask]
+    rew = token_rewards[mask]
+    # Sort by (episode, order descending) and take the running sum within each episode.
+    idx = np.lexsort((-order, ep))
+    running = np.zeros(len(idx))
+    total, prev_ep = 0.0, None
+    for n, k in enumerate(idx):
+        if ep[k] != prev_ep:
+            total, prev_ep = 0.0, ep[k]
+        total += rew[k]
+        running[n] = total
+    out = np.zeros_like(token_rewards, dtype=np.float32)
+    flat = np.zeros(len(idx), dtype=np.float32)
+    flat[idx] = running
+    out[mask] = flat
+    return out
+
+
+def last_token_of_episode(cols: dict[str, np.ndarray], num_episodes: int) -> np.ndarray:
+    """(B, T) bool: the last generated token of each episode (where the outcome reward lands)."""
+    mask = cols["loss_mask"]
+    ep, order = cols["episode"], cols["token_order"]
+    last = np.full(num_episodes, -1, dtype=np.int64)
+    np.maximum.at(last, ep[mask], order[mask])
+    out = np.zeros_like(mask)
+    out[mask] = order[mask] == last[ep[mask]]
+    return out
+
+
+def group_normalized(rewards: np.ndarray, groups: Sequence[str], eps: float = 1e-6) -> np.ndarray:
+    """GRPO advantages: each reward minus its group's mean, over its group's std (+ eps).
+
+    Groups of one get 0 (nothing to compare with). Groups are never mixed: the statistics of a
+    group use only its own members.
+    """
+    rewards = np.asarray(rewards, dtype=np.float64)
+    out = np.zeros_like(rewards)
+    keys = np.asarray(groups)
+    for g in np.unique(keys):
+        idx = np.nonzero(keys == g)[0]
+        if len(idx) < 2:
+            continue
+        r = rewards[idx]
+        out[idx] = (r - r.mean()) / (r.std() + eps)
+    return out

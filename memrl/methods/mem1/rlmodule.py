@@ -1,0 +1,106 @@
+"""``LLMRLModule``: the RLlib adapter of ``TokenPolicy``; ``load_policy`` gets a trained one back.
+
+``TokenPolicy`` (memrl/methods/mem1/network.py) is a Hugging Face causal LM with optional LoRA and a
+value head for PPO. Learners call ``forward_train`` on rows of packed token sequences; env runners
+build the module with ``inference_only=True`` (no value head) and generate through a backend
+(``memrl.methods.mem1.generation``). Weight syncs carry the LM weights (LoRA: only the adapters).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ray.rllib.core.rl_module.apis import InferenceOnlyAPI
+from ray.rllib.core.rl_module.torch import TorchRLModule
+
+from memrl.methods.mem1.network import (
+    LoRASettings,
+    TokenPolicy,
+    load_lm,
+    load_tokenizer,
+    resolve_dtype,
+)
+
+# Batch columns of token batches (one row = one or more packed sequences).
+INPUT_IDS = "input_ids"  # (B, T) int64 token ids
+POSITION_IDS = "position_ids"  # (B, T) int64 rollout positions
+SEG = "seg"  # (B, T) int64 segment of each token
+VIS = "vis"  # (B, S, S) bool segment visibility
+
+
+class LLMRLModule(TorchRLModule, InferenceOnlyAPI):
+    """A causal LM policy: ``forward_train`` scores packed token rows (log-probs, values).
+
+    ``model_config``: ``path`` (model directory or name), ``dtype``, ``lora`` (LoRASettings as a
+    dict), ``value_head`` (bool), ``generation`` (GenerationSettings as a dict, for env runners).
+    """
+
+    def setup(self) -> None:
+        cfg = self.model_config
+        self.tokenizer = load_tokenizer(cfg["path"])
+        lora = LoRASettings(**cfg.get("lora", {}))
+        self.lora_enabled = lora.enabled
+        lm = load_lm(cfg["path"], resolve_dtype(cfg.get("dtype", "auto")), lora)
+        value_head = bool(cfg.get("value_head")) and not self.inference_only
+        self.policy = TokenPolicy(lm, value_head=value_head)
+
+    def get_non_inference_attributes(self) -> list[str]:
+        return ["policy.value_head"]
+
+    def _forward(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        return self.policy.score(batch[INPUT_IDS], batch[POSITION_IDS], batch[SEG], batch[VIS])
+
+    def _forward_train(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        return self.policy.score(
+            batch[INPUT_IDS],
+            batch[POSITION_IDS],
+            batch[SEG],
+            batch[VIS],
+            with_values=self.policy.value_head is not None,
+        )
+
+    def get_state(self, components=None, *, not_components=None, inference_only=False, **kwargs):
+        state = super().get_state(
+            components, not_components=not_components, inference_only=inference_only, **kwargs
+        )
+        if inference_only and self.lora_enabled:
+            # Env runners load the same base weights: only the adapters travel.
+            state = {k: v for k, v in state.items() if "lora_" in k}
+        return state
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        if self.lora_enabled and state and all("lora_" in k for k in state):
+            # A weight sync that carries only the adapters (see get_state).
+            from ray.rllib.utils.torch_utils import convert_to_torch_tensor
+
+            missing, _ = self.load_state_dict(convert_to_torch_tensor(state), strict=False)
+            lost = [k for k in missing if "lora_" in k]
+            if lost:
+                raise ValueError(f"adapter weights missing from the sync: {lost[:5]}")
+            return
+        super().set_state(state)
+
+
+def load_policy(path: str | Path) -> tuple[Any, Any]:
+    """(causal LM, tokenizer) from a model directory, a model name, or a ``memrl train``
+    checkpoint (its RLModule is restored; the LM keeps LoRA adapters if it has them).
+
+    Raises:
+        FileNotFoundError: a local path that does not exist.
+    """
+    p = Path(path)
+    module_dir = p / "learner_group" / "learner" / "rl_module" / "default_policy"
+    if module_dir.is_dir():
+        from ray.rllib.core.rl_module.rl_module import RLModule
+
+        module = RLModule.from_checkpoint(str(module_dir))
+        return module.policy.lm, module.tokenizer
+    if str(path).startswith((".", "/", "~")) and not p.expanduser().exists():
+        raise FileNotFoundError(
+            f"model {str(path)!r} does not exist: give a model directory, a "
+            "model name or a `memrl train` checkpoint directory"
+        )
+    from memrl.methods.mem1.network import load_lm, load_tokenizer, resolve_dtype
+
+    return load_lm(str(path), resolve_dtype("auto")), load_tokenizer(str(path))

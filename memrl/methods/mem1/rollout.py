@@ -1,0 +1,164 @@
+"""Multi-turn rollout of a batch of text envs with one LLM (shared by training and benchmarks).
+
+``rollout`` steps several text envs together (see memrl/envs/text.py): per turn it builds each
+active env's context with the context policy, generates for all of them in one backend call,
+hands each generated text to its env, and records the turn's token ids, behaviour log-probs and
+memory figures. ``TextEnvRunner`` (training), ``memrl bench mem1-context`` and evaluation all call
+it, so a figure means the same thing wherever it is reported.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from memrl.methods.mem1.context import ContextPolicy, Turn, context_ids
+from memrl.methods.mem1.prompts import PromptSettings, render_observation, render_prompt
+from memrl.metrics import TurnTokens, episode_memory_metrics
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class TextEpisode:
+    """One finished episode of a text env, as tokens (what the learners train on)."""
+
+    task_id: str
+    """The env's task id (GRPO groups by it)."""
+    group_id: str
+    """The GRPO group: rollouts of the same task drawn together (never across tasks)."""
+    prompt_ids: list[int]
+    """The task prompt's token ids (chat template applied)."""
+    turns: list[Turn] = field(default_factory=list)
+    """Each turn's generated ids, log-probs and observation ids."""
+    turn_tokens: list[TurnTokens] = field(default_factory=list)
+    """Context and generated token counts per turn."""
+    env_reward: float = 0.0
+    """Sum of the env's rewards (QA: summed EM of the answer; WebShop: score)."""
+    format_errors: int = 0
+    """Turns whose action the env could not parse."""
+    info: dict[str, float] = field(default_factory=dict)
+    """The env's outcome metrics of the last step (QA: em, f1, num_searches)."""
+    seconds: float = 0.0
+    """Wall time of the rollout batch divided by its episodes."""
+    truncated: bool = False
+    """Ended by the turn limit instead of an answer."""
+
+    def __len__(self) -> int:
+        return len(self.turns)
+
+    @property
+    def is_done(self) -> bool:
+        """Always true: the rollout returns finished episodes only (RLlib episode protocol)."""
+        return True
+
+    def get_return(self) -> float:
+        return self.env_reward
+
+    def get_infos(self) -> list[dict[str, float]]:
+        return [self.info]
+
+    def memory_metrics(self) -> dict[str, float]:
+        return episode_memory_metrics(self.turn_tokens)
+
+
+def find_scratch(tokenizer: Any, ids: Sequence[int], tag: str) -> tuple[int, int] | None:
+    """Token span [a, b) covering the first ``<tag>...</tag>`` block of ``ids`` (None: no block)."""
+    text = tokenizer.decode(list(ids))
+    open_, close = f"<{tag}>", f"</{tag}>"
+    start = text.find(open_)
+    end = text.find(close, start + 1) if start >= 0 else -1
+    if start < 0 or end < 0:
+        return None
+    end += len(close)
+
+    def first_prefix_longer_than(chars: int) -> int:
+        lo, hi = 0, len(ids)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if len(tokenizer.decode(list(ids[: mid + 1]))) > chars:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    a = first_prefix_longer_than(start)
+    b = first_prefix_longer_than(end - 1) + 1
+    return a, min(b, len(ids))
+
+
+def rollout(
+    envs: Sequence[Any],
+    backend: Any,
+    tokenizer: Any,
+    *,
+    policy: ContextPolicy,
+    prompt: PromptSettings,
+    max_tokens_per_turn: int,
+    max_obs_tokens: int = 1024,
+    reset_options: Sequence[dict[str, Any] | None] | None = None,
+    group_ids: Sequence[str] | None = None,
+    seeds: Sequence[int | None] | None = None,
+    greedy: bool = False,
+) -> list[TextEpisode]:
+    """Runs one episode in each env, all envs generating together; returns the episodes."""
+    n = len(envs)
+    started = time.perf_counter()
+    episodes: list[TextEpisode] = []
+    max_turns: list[int] = []
+    for i, env in enumerate(envs):
+        options = reset_options[i] if reset_options else None
+        obs, info = env.reset(seed=seeds[i] if seeds else None, options=options)
+        prompt_ids = tokenizer.encode(
+            render_prompt(prompt, obs, tokenizer), add_special_tokens=False
+        )
+        task_id = str(info.get("task_id", i))
+        episodes.append(
+            TextEpisode(
+                task_id=task_id,
+                group_id=group_ids[i] if group_ids else task_id,
+                prompt_ids=prompt_ids,
+            )
+        )
+        max_turns.append(int(info.get("max_turns", 6)))
+    active = list(range(n))
+    j = 0
+    scratch_tag = prompt.scratch_tag()
+    while active:
+        contexts = [
+            context_ids(policy, episodes[i].prompt_ids, episodes[i].turns, j) for i in active
+        ]
+        stops = [prompt.stop_strings(last_turn=j >= max_turns[i] - 1) for i in active]
+        gens = backend.generate(contexts, stops, max_tokens_per_turn, greedy=greedy)
+        still = []
+        for i, ctx, gen in zip(active, contexts, gens, strict=True):
+            ep = episodes[i]
+            turn = Turn(gen_ids=list(gen.ids), logps=list(gen.logps))
+            if scratch_tag is not None:
+                turn.scratch = find_scratch(tokenizer, turn.gen_ids, scratch_tag)
+            ep.turns.append(turn)
+            ep.turn_tokens.append(TurnTokens(context=len(ctx), generated=len(gen.ids)))
+            obs, reward, terminated, truncated, info = envs[i].step(gen.text)
+            ep.env_reward += float(reward)
+            ep.format_errors += int(bool(info.get("format_error", False)))
+            ep.info = {
+                k: float(v)
+                for k, v in info.items()
+                if isinstance(v, int | float) and not isinstance(v, bool)
+            }
+            done = terminated or truncated or j + 1 >= max_turns[i]
+            if done:
+                ep.truncated = bool(truncated or not terminated)
+                continue
+            obs_ids = tokenizer.encode(render_observation(prompt, obs), add_special_tokens=False)
+            turn.obs_ids = obs_ids[:max_obs_tokens]
+            still.append(i)
+        active = still
+        j += 1
+    seconds = (time.perf_counter() - started) / max(1, n)
+    for ep in episodes:
+        ep.seconds = seconds
+    return episodes

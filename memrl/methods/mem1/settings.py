@@ -1,0 +1,268 @@
+"""MEM1's settings: the ONE place that wires its pieces into an RLlib AlgorithmConfig.
+
+- ``model: {type: llm, ...}`` -> ``LLMModelSettings``: which causal LM (a Hugging Face model
+  directory or name, or ``tiny``: a random Qwen2-shaped model and a BPE tokenizer built into the
+  run directory), LoRA, dtype, and the generation backend of the env runners. ``apply`` sets the
+  RLModule spec (``LLMRLModule``, memrl/methods/mem1/rlmodule.py).
+- ``algorithm: {name: mem1, ...}`` -> ``Mem1Settings``: token-level PPO or GRPO on multi-turn text
+  envs under a context policy (mem1, full, last_k). ``make_algorithm_config`` returns a
+  ``Mem1Config`` (memrl/methods/mem1/algorithm.py) that runs ``TextEnvRunner``s
+  (memrl/methods/mem1/env_runner.py) and ``TokenLearner``s (memrl/methods/mem1/learner.py).
+  Defaults follow the MEM1 paper: PPO with a critic, gamma = lambda = 1, KL 0.001 to a frozen
+  reference folded into the reward, clip 0.2, actor lr 1e-6, critic lr 1e-5, two minibatches per
+  batch, temperature 1, 1000 tokens per turn.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from memrl.methods.mem1.generation.base import GenerationSettings
+from memrl.methods.mem1.network import LoRASettings
+from memrl.methods.mem1.prompts import PromptSettings
+from memrl.methods.mem1.tiny import TinyModelSettings
+
+if TYPE_CHECKING:
+    from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
+
+
+@dataclass(frozen=True)
+class LLMModelSettings:
+    """A causal LM policy (any Hugging Face model, or a tiny local one) and how it generates."""
+
+    TAG_KEY: ClassVar[tuple[str, str]] = ("type", "llm")
+
+    path: str = "tiny"
+    """A local model directory, a model name, or ``tiny`` (a random Qwen2-shaped model and a BPE
+    tokenizer built locally from the env's text, written under the run directory)."""
+    tiny: TinyModelSettings = field(default_factory=TinyModelSettings)
+    """Shape of the ``tiny`` model."""
+    tiny_corpus_episodes: int = 200
+    """Env episodes whose text trains the ``tiny`` tokenizer."""
+    lora: LoRASettings = field(default_factory=LoRASettings)
+    """LoRA adapters (peft)."""
+    dtype: str = "auto"
+    """auto (bfloat16 on GPU, float32 on CPU), float32, bfloat16 or float16."""
+    value_head: bool | None = None
+    """Value head for PPO's critic (null: on when algorithm.algorithm is ppo)."""
+    generation: GenerationSettings = field(default_factory=GenerationSettings)
+    """The generation backend of the env runners."""
+
+    def validate(self, where: str) -> None:
+        if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
+            raise ValueError(
+                f"{where}.dtype must be auto, float32, bfloat16 or float16, got {self.dtype!r}"
+            )
+
+    def model_config(self, exp: Any) -> dict[str, Any]:
+        """The RLModule's model_config dict (the tiny model is materialized here, once)."""
+        path = self.path
+        if path.startswith((".", "/", "~")) and not Path(path).expanduser().exists():
+            raise FileNotFoundError(
+                f"model.path {path!r} does not exist; give a model directory, "
+                "a model name, or 'tiny'"
+            )
+        if path == "tiny":
+            path = str(self.tiny_checkpoint(exp))
+        algo = getattr(exp, "algorithm", None)
+        value_head = self.value_head
+        if value_head is None:
+            value_head = getattr(algo, "algorithm", "ppo") == "ppo"
+        return {
+            "path": path,
+            "dtype": self.dtype,
+            "lora": dataclasses.asdict(self.lora),
+            "value_head": bool(value_head),
+            "generation": dataclasses.asdict(self.generation),
+        }
+
+    def tiny_checkpoint(self, exp: Any) -> Path:
+        """The run's tiny model (built on first use under ``<run dir>/tiny_model``)."""
+        from memrl.methods.mem1.tiny import ensure_tiny_checkpoint
+
+        prompt = getattr(getattr(exp, "algorithm", None), "prompt", None) or PromptSettings()
+        return ensure_tiny_checkpoint(
+            Path(exp.run_dir) / "tiny_model",
+            exp.env.id,
+            exp.env.config,
+            prompt,
+            self.tiny,
+            self.tiny_corpus_episodes,
+        )
+
+    def apply(self, algo: Any, exp: Any) -> None:
+        from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+
+        from memrl.methods.mem1.rlmodule import LLMRLModule
+
+        algo.rl_module(
+            rl_module_spec=RLModuleSpec(
+                module_class=LLMRLModule, model_config=self.model_config(exp)
+            )
+        )
+
+
+@dataclass(frozen=True)
+class WarmStartSettings:
+    """Supervised fine-tuning on the scripted agent's trajectories before RL (off when 0)."""
+
+    episodes: int = 0
+    """Scripted episodes to imitate (0: no warm start)."""
+    epochs: int = 3
+    """Passes over them."""
+    lr: float = 1e-3
+    """Adam learning rate of the warm start."""
+    rows_per_batch: int = 8
+    """Packed rows per optimizer step."""
+    task_offset: int = 0
+    """First train-split task index the scripted agent plays."""
+    env_config: dict[str, Any] = field(default_factory=dict)
+    """env.config overrides for the scripted episodes, e.g. ``{test_fraction: 0.5}`` so the warm
+    start sees only part of the train questions and RL also meets questions it never imitated."""
+
+    def env(self, env_config: dict[str, Any]) -> dict[str, Any]:
+        """The env.config the scripted episodes run on: ``env_config`` with the overrides."""
+        return {**env_config, **self.env_config}
+
+    def validate(self, where: str) -> None:
+        if self.episodes < 0 or self.epochs < 1 or self.lr <= 0 or self.rows_per_batch < 1:
+            raise ValueError(
+                f"{where}: episodes must be >= 0, epochs and rows_per_batch >= 1, "
+                f"lr > 0; got {self}"
+            )
+
+
+_EVAL_SET_KEYS = {"env_config", "task_offset"}
+
+
+@dataclass(frozen=True)
+class Mem1Settings:
+    """An LLM agent with a context policy, trained by token-level PPO or GRPO."""
+
+    TAG_KEY: ClassVar[tuple[str, str]] = ("name", "mem1")
+
+    algorithm: Literal["ppo", "grpo"] = "ppo"
+    """``ppo``: critic + GAE(1, 1), KL folded into the reward; ``grpo``: group-normalized outcome
+    reward over ``group_size`` rollouts per task, KL as a loss term, no critic."""
+    context_policy: Literal["mem1", "full", "last_k"] = "mem1"
+    """What the model sees each turn (memrl/methods/mem1/context.py)."""
+    last_k: int = 1
+    """Turns kept by ``last_k``."""
+    prompt: PromptSettings = field(default_factory=PromptSettings)
+    """Prompt template, tag names, observation and chat templates."""
+    sequence_mode: Literal["per_turn", "packed", "packed_exact"] = "per_turn"
+    """``per_turn``: each turn's real context is its own training sequence (exact);
+    ``packed``: one sequence per episode with MEM1's 2D attention mask (fewest tokens, approximate);
+    ``packed_exact``: one sequence per episode that re-encodes each turn's kept state at the head of
+    the next context, as the rollout does (exact; shares the prompt across turns)."""
+    group_size: int = 1
+    """Rollouts per task drawn together (GRPO needs >= 2; envs per runner must divide by it)."""
+    rounds_per_sample: int = 1
+    """Rounds of ``num_envs_per_env_runner`` episodes each env runner plays per iteration."""
+    max_tokens_per_turn: int = 1000
+    """Generation budget of one turn."""
+    max_obs_tokens: int = 1024
+    """Observation tokens kept per turn."""
+    lr: float = 1e-6
+    """Actor learning rate."""
+    critic_lr: float = 1e-5
+    """Critic (value head) learning rate."""
+    kl_coef: float = 0.001
+    """Weight of the KL to the frozen reference (PPO: in the reward; GRPO: in the loss)."""
+    clip: float = 0.2
+    """Policy ratio clip."""
+    vf_clip: float = 0.5
+    """Value clip (in return units)."""
+    vf_loss_coeff: float = 1.0
+    """Weight of the value loss."""
+    whiten_advantages: bool = True
+    """Normalize PPO advantages over the batch's generated tokens."""
+    num_minibatches: int = 2
+    """Optimizer steps per epoch (the batch split by rows)."""
+    num_epochs: int = 1
+    """Passes over each batch."""
+    max_tokens_per_row: int = 4096
+    """Training rows pack sequences up to this many tokens."""
+    grad_clip: float = 1.0
+    """Global gradient-norm clip."""
+    recompute_old_logp: bool = True
+    """Ratio denominators from the learner's own pre-update pass (exactly 1 at the start, also in
+    packed mode) instead of the rollout's log-probs; the gap between the two is logged."""
+    format_penalty: float = 0.0
+    """Subtracted from an episode's reward per turn the env could not parse."""
+    train_tasks: int = 0
+    """Tasks drawn for training are task_index 0..train_tasks-1 (0: the env draws by seed)."""
+    eval_every: int = 0
+    """Evaluate on held-out tasks every N iterations, from iteration 0, before that iteration's
+    update (0: never); logged as env_runners/eval_em, eval_f1, eval_peak_tokens."""
+    eval_env_config: dict[str, Any] = field(default_factory=lambda: {"split": "test"})
+    """env.config overrides of the evaluation env (default: the test split)."""
+    eval_tasks: int = 32
+    """Held-out tasks per evaluation (task_index 0..eval_tasks-1, greedy decoding)."""
+    eval_extra: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """More evaluation sets, evaluated with the main one: name -> ``{env_config: {...},
+    task_offset: K}`` (tasks K..K+eval_tasks-1 of an env with these env.config overrides), logged
+    as eval_NAME_em, eval_NAME_f1. E.g. tasks beyond ``train_tasks`` of the train split, which no
+    training draws: ``{unseen_tasks: {env_config: {split: train}, task_offset: 1000}}``."""
+    warm_start: WarmStartSettings = field(default_factory=WarmStartSettings)
+    """Supervised warm start on scripted trajectories."""
+
+    def validate(self, where: str) -> None:
+        if self.algorithm == "grpo" and self.group_size < 2:
+            raise ValueError(
+                f"{where}.group_size must be >= 2 for grpo (rollouts per task to "
+                f"normalize over), got {self.group_size}"
+            )
+        for name in (
+            "group_size",
+            "rounds_per_sample",
+            "max_tokens_per_turn",
+            "num_minibatches",
+            "num_epochs",
+            "max_tokens_per_row",
+            "last_k",
+        ):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{where}.{name} must be >= 1, got {getattr(self, name)}")
+        if self.lr <= 0 or self.critic_lr <= 0 or self.kl_coef < 0 or not 0 < self.clip < 1:
+            raise ValueError(f"{where}: lr and critic_lr must be > 0, kl_coef >= 0, clip in (0, 1)")
+        for name, spec in self.eval_extra.items():
+            ok = name.isidentifier() and isinstance(spec, dict) and set(spec) <= _EVAL_SET_KEYS
+            if ok:
+                offset = spec.get("task_offset", 0)
+                ok = isinstance(spec.get("env_config", {}), dict) and (
+                    isinstance(offset, int) and not isinstance(offset, bool) and offset >= 0
+                )
+            if not ok:
+                raise ValueError(
+                    f"{where}.eval_extra.{name}: expected a name of letters, digits and _ "
+                    "mapping to {env_config: {...}, task_offset: int >= 0}, "
+                    f"got {spec!r}"
+                )
+
+    def eval_sets(self) -> dict[str, tuple[dict[str, Any], int]]:
+        """Every evaluation set: metric prefix -> (env.config overrides, first task index); the
+        main set (``eval_env_config``, prefix ``""``) first, then ``eval_extra``."""
+        sets = {"": (dict(self.eval_env_config), 0)}
+        for name, spec in self.eval_extra.items():
+            sets[f"{name}_"] = (dict(spec.get("env_config", {})), int(spec.get("task_offset", 0)))
+        return sets
+
+    def make_algorithm_config(self, exp: Any) -> AlgorithmConfig:
+        from memrl.methods.mem1.algorithm import Mem1Config
+
+        envs = exp.resources.num_envs_per_env_runner
+        if envs % self.group_size:
+            raise ValueError(
+                f"resources.num_envs_per_env_runner ({envs}) must be a multiple of "
+                f"algorithm.group_size ({self.group_size}): each runner draws whole groups"
+            )
+        config = Mem1Config()
+        config.mem1 = self
+        config.text_env_id = exp.env.id
+        config.env_runners(create_local_env_runner=exp.resources.num_env_runners == 0)
+        config.training(grad_clip=self.grad_clip, grad_clip_by="global_norm")
+        return config

@@ -1,0 +1,96 @@
+"""Env-runner side of Memo: one KV cache per vector-env slot, kept outside RLlib's episode data.
+
+RLlib stores a stateful module's STATE_OUT at every timestep and restarts training rows from it;
+a KV cache does not belong there. Instead the RLModule on an env runner owns a ``MemoCacheKeeper``:
+row i of every inference batch is vector-env slot i (RLlib's env runner builds its batch from
+its episodes in slot order), and the ``memo_trial_t`` column that ``MemoTrialStep`` adds tells the
+keeper the step of each row's trial (0: a new trial, the row's cache is emptied).
+
+The keeper also stores every ongoing trial's per-step inputs of the trainable encoder, so that
+after new weights arrive ``refresh`` rebuilds each cache as the new weights would have built it
+(the KV refresh of specs/memo.md). Those inputs are the raw observations, or, for a module with a
+frozen image encoder, the frozen image features (computed once, when the step was taken) next to
+the observation's other parts: the refresh then runs only the trainable layers and never encodes
+an image again.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+from torch import nn
+
+from memrl.methods.memo.network import MemoCache, MemoTransformer
+
+logger = logging.getLogger(__name__)
+
+
+class MemoCacheKeeper:
+    """Batched caches and stored inputs of the trials an env runner is stepping."""
+
+    def __init__(self, encoder: nn.Module, net: MemoTransformer) -> None:
+        self.encoder = encoder  # the trainable encoder: inputs -> (..., d_model) tokens
+        self.net = net
+        self.cache: MemoCache | None = None
+        self.inputs: torch.Tensor | None = None  # (B, capacity, in_dim) the encoder's inputs
+        self.lengths: torch.Tensor | None = None  # (B,) steps stored per slot
+
+    @torch.no_grad()
+    def step(self, obs: torch.Tensor, trial_t: torch.Tensor) -> torch.Tensor:
+        """Features of one step for every slot.
+
+        Args:
+            obs: (B, in_dim) the slots' current encoder inputs (observations, or frozen image
+                features + the other observation parts); stored for the KV refresh.
+            trial_t: (B,) the step index of each observation within its trial.
+
+        Returns:
+            (B, d_model) features.
+        """
+        B = obs.shape[0]
+        trial_t = trial_t.to(torch.long).reshape(B)
+        if self.cache is None or self.cache.batch_size != B:
+            if self.cache is not None and bool((trial_t != 0).any()):
+                raise RuntimeError(
+                    f"Memo: the env runner's batch changed from "
+                    f"{self.cache.batch_size} to {B} rows mid-trial"
+                )
+            self.cache = self.net.init_cache(B)
+            self.inputs = obs.new_zeros(B, 64, obs.shape[1])
+            self.lengths = torch.zeros(B, dtype=torch.long, device=obs.device)
+        new = (trial_t == 0).nonzero().flatten()
+        if new.numel():
+            self.net.reset_cache(self.cache, new)
+            self.lengths[new] = 0
+        if not torch.equal(self.lengths, trial_t):
+            bad = (self.lengths != trial_t).nonzero().flatten().tolist()
+            raise RuntimeError(
+                f"Memo: cache out of step with the trials in slots {bad}: cached "
+                f"{self.lengths[bad].tolist()} steps, trials at "
+                f"{trial_t[bad].tolist()}"
+            )
+        need = int(self.lengths.max()) + 1
+        if need > self.inputs.shape[1]:
+            grow = self.inputs.new_zeros(
+                B, max(need, 2 * self.inputs.shape[1]) - self.inputs.shape[1], self.inputs.shape[2]
+            )
+            self.inputs = torch.cat([self.inputs, grow], dim=1)
+        self.inputs[torch.arange(B, device=obs.device), self.lengths] = obs
+        self.lengths += 1
+        features, self.cache = self.net.step(self.encoder(obs), self.cache)
+        return features
+
+    @torch.no_grad()
+    def refresh(self) -> None:
+        """Recomputes every ongoing trial's cache from its stored inputs with current weights."""
+        if self.cache is None:
+            return
+        for row in range(self.cache.batch_size):
+            n = int(self.lengths[row])
+            if n == 0:
+                continue
+            tokens = self.encoder(self.inputs[row : row + 1, :n])  # (1, n, d)
+            fresh = self.net.prefill(tokens)
+            self.net.copy_cache_row(fresh, 0, self.cache, row)
+        logger.debug("Memo KV refresh of %d slots", self.cache.batch_size)

@@ -1,0 +1,495 @@
+"""Memo: a summary-token transformer over one token per env step (plain torch, no Ray).
+
+A LLaMA-style pre-norm decoder (RMSNorm, bias-free attention, gated MLP, RoPE, layer-drop) with
+three modes that share every line of the network (see specs/memo.md):
+
+- ``memo``: the trial is cut into segments of ``l_seg`` steps; at the end of each full segment the
+  model writes ``l_sum`` summary vectors, and every later step attends to all summaries written so
+  far plus the raw tokens of its own segment. ``max_summaries`` caps the summary memory (in blocks
+  of ``l_sum``) with FIFO eviction (streaming Memo).
+- ``rmt``: the same, but only the newest summary block is kept (memory overwritten).
+- ``fct``: full causal context over all steps; ``fct_window`` turns it into a FIFO window.
+
+Two ways to run it, numerically the same at fixed segmentation (tested to 1e-4 in float32):
+
+- ``forward(x, seg_len)``: the training forward, a sequential loop over segments with backprop
+  through all of them. Chunk k sees ``[S_1..S_k ; chunk tokens ; summary slots]`` with positions
+  restarting at 0 in every chunk (summaries are re-encoded in each chunk, as in the paper).
+- ``step(x_t, cache)``: one env step for a batch of envs with a KV cache. Memo's cache holds the
+  K/V of the kept summaries plus those of the current segment, so at most ``n*l_sum + l_seg``
+  tokens. At a segment's last step the summary slots are run against the cache, their normed
+  outputs are run once more through all layers against the old summary K/V only (positions
+  continuing after them), and the result replaces the segment's K/V. When a summary block is
+  evicted (``max_summaries``, ``rmt``), the kept summaries are re-encoded from their stored input
+  vectors at positions from 0, exactly as the training forward sees them.
+
+The cache keeps each layer's K/V in one buffer, per env ``[summaries | current segment]`` (fct:
+its steps). A step writes its token's K/V into the buffer first, at the index that is also its
+RoPE position, then each layer attends once over the buffer's prefix. Envs in one batch may be at
+different steps of their trials: when all hold the same counts (lockstep, e.g. trials started
+together) the step uses slices and no mask; otherwise per-row scatters and a key mask, still
+vectorized (no Python loop over envs).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from memrl.methods.memo.cache import MemoCache, WritePlan
+from memrl.methods.memo.layers import (
+    MODES,
+    Block,
+    MemoConfig,
+    RMSNorm,
+    attend,
+    causal_mask,
+    rotate,
+)
+
+
+class MemoTransformer(nn.Module):
+    """The decoder over step tokens; see the module docstring for the three modes."""
+
+    def __init__(self, cfg: MemoConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.slots = nn.Embedding(cfg.l_sum, cfg.d_model)
+        inv = cfg.rope_base ** (-torch.arange(0, cfg.head_dim, 2).float() / cfg.head_dim)
+        self.register_buffer("inv_freq", inv, persistent=False)
+        self._rope_cos = self._rope_sin = None  # tables by position, built on demand
+        self.apply(self._init)
+
+    @staticmethod
+    def _init(m: nn.Module) -> None:
+        if isinstance(m, nn.Linear | nn.Embedding):
+            nn.init.normal_(m.weight, std=0.02)
+
+    # ------------------------------------------------------------------ core
+    def _rope(self, start: int | torch.Tensor, length: int, upto: int) -> tuple:
+        """RoPE factors (1|E, length, 1, 1, hd) at positions ``start + [0, length)``.
+
+        ``start`` is an int or per row (E,); ``upto`` bounds the positions (table size).
+        """
+        inv = self.inv_freq
+        table = self._rope_cos
+        if (
+            table is None
+            or table.shape[0] < upto
+            or table.device != inv.device
+            or table.dtype != inv.dtype
+        ):
+            size = max(upto, 1024, 0 if table is None else 2 * table.shape[0])
+            angles = torch.arange(size, device=inv.device).to(inv.dtype)[:, None] * inv
+            cos, sin = angles.cos(), angles.sin()
+            self._rope_cos = torch.cat([cos, cos], dim=-1)  # (size, hd)
+            self._rope_sin = torch.cat([-sin, sin], dim=-1)
+        if isinstance(start, int):
+            cos = self._rope_cos[start : start + length]
+            sin = self._rope_sin[start : start + length]
+            return cos[None, :, None, None], sin[None, :, None, None]
+        idx = start[:, None] + torch.arange(length, device=start.device)  # (E, L)
+        return self._rope_cos[idx][:, :, None, None], self._rope_sin[idx][:, :, None, None]
+
+    def _where(
+        self,
+        start: int | torch.Tensor,
+        length: int,
+        keys: int,
+        batch: int,
+        rows: torch.Tensor | None = None,
+        mask: torch.Tensor | None = None,
+    ) -> WritePlan:
+        """A write plan for ``length`` new tokens per row (rows: sorted cache rows or None)."""
+        if rows is not None and rows.numel() == batch:
+            rows = None  # every row, in order
+        if rows is None and isinstance(start, int):
+            return WritePlan(start, keys, None, mask)
+        dev = self.inv_freq.device
+        r = rows if rows is not None else torch.arange(batch, device=dev)
+        if isinstance(start, int):
+            start = torch.full_like(r, start)
+        idx = start[:, None] + torch.arange(length, device=dev)
+        return WritePlan(start, keys, rows, mask, (r[:, None], idx))
+
+    def _layers(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        *,
+        kv: torch.Tensor | None = None,
+        where: WritePlan | None = None,
+        mask: torch.Tensor | None = None,
+        causal: bool = False,
+        keep: list[bool] | None = None,
+        collect: bool = False,
+    ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
+        """Runs tokens x (B, L, d) through all layers; returns final-normed outputs (B, L, d).
+
+        Without a cache the tokens attend among themselves (``causal`` or ``mask``). With one,
+        each layer first writes the tokens' K/V into ``kv`` as ``where`` says, then attends to
+        the keys ``where`` names: one ``scaled_dot_product_attention`` per layer. ``collect``
+        also returns each kept layer's new (K, V) (B, H, L, hd).
+        """
+        cfg = self.cfg
+        B, L, d = x.shape
+        H, hd, eps = cfg.n_heads, cfg.head_dim, cfg.norm_eps
+        shape = (d,)
+        kvs = []
+        h = x
+        for i, block in enumerate(self.blocks):
+            if keep is not None and not keep[i]:
+                continue
+            attn, mlp = block.attn, block.mlp
+            a = F.rms_norm(h, shape, block.attn_norm.weight, eps)
+            # q and k rotated together: (B, L, 2, H, hd).
+            qk = torch.stack((F.linear(a, attn.q_proj.weight), F.linear(a, attn.k_proj.weight)), 2)
+            q, k = rotate(qk.view(B, L, 2, H, hd), cos, sin).transpose(1, 3).unbind(2)
+            v = F.linear(a, attn.v_proj.weight).view(B, L, H, hd).transpose(1, 2)
+            if where is None:
+                y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
+            else:
+                keys, values = where.write(kv[i], k, v)
+                y = attend(q, keys, values, where.mask)
+            h = h + F.linear(y.transpose(1, 2).reshape(B, L, d), attn.o_proj.weight)
+            m = F.rms_norm(h, shape, block.mlp_norm.weight, eps)
+            h = h + F.linear(
+                F.gelu(F.linear(m, mlp.gate.weight)) * F.linear(m, mlp.up.weight),
+                mlp.down.weight,
+            )
+            if collect:
+                kvs.append((k, v))
+        return F.rms_norm(h, shape, self.norm.weight, eps), kvs
+
+    def _layer_keep(self, layer_drop: bool | None) -> list[bool] | None:
+        active = self.training if layer_drop is None else layer_drop
+        if not active or self.cfg.layer_drop <= 0.0:
+            return None
+        return (torch.rand(self.cfg.n_layers) >= self.cfg.layer_drop).tolist()
+
+    def _causal_run(
+        self, x: torch.Tensor, keep: list[bool] | None = None, collect: bool = False
+    ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
+        """x (B, L, d) at positions [0, L) with plain causal attention (fct: its window)."""
+        L = x.shape[1]
+        cos, sin = self._rope(0, L, L)
+        window = self.cfg.fct_window if self.cfg.mode == "fct" else None
+        if window is not None and window < L:
+            mask = causal_mask(L, x.device, window)
+            return self._layers(x, cos, sin, mask=mask, keep=keep, collect=collect)
+        return self._layers(x, cos, sin, causal=True, keep=keep, collect=collect)
+
+    # ------------------------------------------------------------- training
+    def forward(
+        self, x: torch.Tensor, seg_len: int | None = None, layer_drop: bool | None = None
+    ) -> torch.Tensor:
+        """Training forward over whole sequences from their first step.
+
+        Args:
+            x: (B, T, d_model) step tokens (padding, if any, at the end of a row).
+            seg_len: segment length for memo/rmt (default l_seg; the learner randomizes it).
+            layer_drop: apply layer-drop (default: in training mode).
+
+        Returns:
+            (B, T, d_model) final features, one per step.
+        """
+        cfg = self.cfg
+        B, T, _ = x.shape
+        keep = self._layer_keep(layer_drop)
+        if cfg.mode == "fct":
+            return self._causal_run(x, keep)[0]
+        seg = seg_len or cfg.l_seg
+        if seg < 1:
+            raise ValueError(f"seg_len must be >= 1, got {seg}")
+        slots = self.slots.weight[None].expand(B, -1, -1)
+        cap = cfg.summary_cap
+        mem = x.new_zeros(B, 0, cfg.d_model)  # (B, n*l_sum, d) summaries fed back as inputs
+        outs = []
+        for start in range(0, T, seg):
+            chunk = x[:, start : start + seg]
+            n, L = mem.shape[1], chunk.shape[1]
+            emit = L == seg and start + seg < T  # summaries of the last chunk are never read
+            inp = torch.cat([mem, chunk, slots] if emit else [mem, chunk], dim=1)
+            h, _ = self._causal_run(inp, keep)
+            outs.append(h[:, n : n + L])
+            if emit:
+                mem = torch.cat([mem, h[:, n + L :]], dim=1)
+                if cap is not None:
+                    mem = mem[:, -cap * cfg.l_sum :]
+        return torch.cat(outs, dim=1)
+
+    # ------------------------------------------------------------ inference
+    def init_cache(self, batch_size: int) -> MemoCache:
+        """An empty cache for ``batch_size`` envs."""
+        cfg = self.cfg
+        p = self.slots.weight
+        long = dict(dtype=torch.long, device=p.device)
+        if cfg.mode == "fct":
+            cap = cfg.fct_window or 64
+            return MemoCache(kv=self._kv_buffer(batch_size, cap), t=torch.zeros(batch_size, **long))
+        cap = cfg.summary_cap
+        c = cap * cfg.l_sum if cap is not None else 4 * cfg.l_sum
+        return MemoCache(
+            kv=self._kv_buffer(batch_size, c + cfg.l_seg + cfg.l_sum),
+            sum_x=p.new_zeros(batch_size, c, cfg.d_model),
+            n_sum=torch.zeros(batch_size, **long),
+            seg_len=torch.zeros(batch_size, **long),
+        )
+
+    def _kv_buffer(self, batch_size: int, length: int) -> torch.Tensor:
+        cfg = self.cfg
+        return self.slots.weight.new_zeros(
+            cfg.n_layers, 2, batch_size, cfg.n_heads, length, cfg.head_dim
+        )
+
+    @staticmethod
+    def _grow(buf: torch.Tensor, dim: int, need: int) -> torch.Tensor:
+        have = buf.shape[dim]
+        if need <= have:
+            return buf
+        shape = list(buf.shape)
+        shape[dim] = max(need, 2 * have) - have
+        return torch.cat([buf, buf.new_zeros(shape)], dim=dim)
+
+    @torch.no_grad()
+    def step(self, x: torch.Tensor, cache: MemoCache) -> tuple[torch.Tensor, MemoCache]:
+        """One env step for every env of the batch.
+
+        Each layer writes the new token's K/V into the cache, then attends once over the prefix
+        of its row's buffer. When every env holds the same counts (lockstep, the usual case)
+        that is a slice and no mask; otherwise a (B, 1, 1, T) key mask.
+
+        Args:
+            x: (B, d_model) the step tokens.
+            cache: the envs' cache (updated in place and returned).
+
+        Returns:
+            (B, d_model) features of this step, and the cache.
+        """
+        cfg = self.cfg
+        B = x.shape[0]
+        fct = cfg.mode == "fct"
+        w = cfg.fct_window
+        # memo: the new token's buffer index is also its position (summaries, then the segment).
+        pos = cache.t if fct else cache.n_sum + cache.seg_len  # (B,)
+        lo, hi = (int(v) for v in torch.aminmax(pos))
+        if not fct:
+            s_lo, s_hi = (int(v) for v in torch.aminmax(cache.seg_len))
+            need = hi + 1 + cfg.l_sum  # room for the summary slots at a segment end
+        else:
+            need = hi + 1 if w is None else w
+        if cache.kv.shape[4] < need:
+            cache.kv = self._grow(cache.kv, 4, need)
+        if lo == hi:  # lockstep: slices, no mask
+            slot = lo % w if fct and w is not None else lo
+            keys = min(lo + 1, w) if fct and w is not None else lo + 1
+            where = WritePlan(slot, keys)
+            cos, sin = self._rope(lo, 1, hi + 1)
+        else:
+            slot, held = pos, pos + 1
+            keys = hi + 1
+            if fct and w is not None:
+                slot, held, keys = pos % w, held.clamp(max=w), min(keys, w)
+            mask = torch.arange(keys, device=x.device) < held[:, None]
+            where = self._where(slot, 1, keys, B, mask=mask[:, None, None, :])
+            cos, sin = self._rope(pos, 1, hi + 1)
+        h, _ = self._layers(x[:, None], cos, sin, kv=cache.kv, where=where)
+        if fct:
+            cache.t += 1
+            return h[:, 0], cache
+        cache.seg_len += 1
+        if s_hi == cfg.l_seg - 1:  # some segment is full
+            everyone = s_lo == s_hi
+            self._write_summaries(cache, lo - s_lo if everyone and lo == hi else None)
+        return h[:, 0], cache
+
+    def _write_summaries(self, cache: MemoCache, n_lock: int | None) -> None:
+        """Segment end for the envs whose segment is full.
+
+        ``n_lock``: every env ends its segment holding this many summary tokens (slices, no
+        gathers); None: the general case. The summary slots attend to the summaries and the
+        segment; their normed outputs run again against the old summaries only, at positions
+        continuing after them, and those K/V replace the segment's.
+        """
+        cfg = self.cfg
+        Ls, Lg = cfg.l_sum, cfg.l_seg
+        B = cache.batch_size
+        dev = cache.kv.device
+        if n_lock is not None:
+            envs, n, n_hi = None, n_lock, n_lock
+        else:
+            envs = (cache.seg_len == Lg).nonzero().flatten()
+            n = cache.n_sum[envs]  # (E,)
+            n_hi = int(n.max())
+            if envs.numel() == B:
+                envs = None
+        E = B if envs is None else envs.numel()
+        ar = torch.arange(Ls, device=dev)
+        keys = n_hi + Lg + Ls
+        slots = self.slots.weight[None].expand(E, -1, -1)
+        where = self._where(n + Lg, Ls, keys, B, envs, self._visible(n + Lg, keys, ar))
+        cos, sin = self._rope(n + Lg, Ls, keys)
+        summaries, _ = self._layers(slots, cos, sin, kv=cache.kv, where=where)  # (E, Ls, d)
+
+        cap = cfg.summary_cap
+        full = None if cap is None else cap * Ls
+        if isinstance(n, int):
+            if full is None or n < full:
+                self._append_summaries(cache, summaries, None, n)
+            else:
+                self._reencode_summaries(cache, summaries, None)
+        else:
+            rows = envs if envs is not None else torch.arange(B, device=dev)
+            evict = n >= full if full is not None else torch.zeros_like(n, dtype=torch.bool)
+            kept = (~evict).nonzero().flatten()
+            if kept.numel():
+                self._append_summaries(cache, summaries[kept], rows[kept], n[kept])
+            dropped = evict.nonzero().flatten()
+            if dropped.numel():
+                self._reencode_summaries(cache, summaries[dropped], rows[dropped])
+        if envs is None:
+            cache.seg_len.zero_()
+        else:
+            cache.seg_len[envs] = 0
+
+    @staticmethod
+    def _visible(first: int | torch.Tensor, keys: int, ar: torch.Tensor) -> torch.Tensor:
+        """Key mask of L new tokens at buffer indices first + ar: each sees the keys up to it."""
+        j = torch.arange(keys, device=ar.device)
+        if isinstance(first, int):
+            return j[None] <= (first + ar)[:, None]  # (L, keys)
+        return (j[None, None] <= (first[:, None] + ar)[:, :, None])[:, None]  # (E, 1, L, keys)
+
+    def _append_summaries(
+        self,
+        cache: MemoCache,
+        summaries: torch.Tensor,
+        rows: torch.Tensor | None,
+        n: int | torch.Tensor,
+    ) -> None:
+        """Appends a summary block after the n summaries the rows hold (rows None: all)."""
+        Ls = self.cfg.l_sum
+        B = cache.batch_size
+        n_hi = n if isinstance(n, int) else int(n.max())
+        cache.sum_x = self._grow(cache.sum_x, 1, n_hi + Ls)
+        ar = torch.arange(Ls, device=summaries.device)
+        keys = n_hi + Ls
+        where = self._where(n, Ls, keys, B, rows, self._visible(n, keys, ar))
+        cos, sin = self._rope(n, Ls, keys)
+        self._layers(summaries, cos, sin, kv=cache.kv, where=where)
+        if where.index is None:
+            cache.sum_x[:, n : n + Ls] = summaries
+            cache.n_sum += Ls
+        else:
+            r, idx = where.index
+            cache.sum_x[r, idx] = summaries
+            cache.n_sum[r[:, 0]] += Ls
+
+    def _reencode_summaries(
+        self, cache: MemoCache, summaries: torch.Tensor, rows: torch.Tensor | None
+    ) -> None:
+        """Full memory: drops the oldest block, re-encodes the kept ones from position 0."""
+        cfg = self.cfg
+        Ls, total = cfg.l_sum, cfg.summary_cap * cfg.l_sum
+        old = cache.sum_x[:, Ls:total] if rows is None else cache.sum_x[rows, Ls:total]
+        mem = torch.cat([old, summaries], dim=1)
+        _, kvs = self._causal_run(mem, collect=True)
+        new = torch.stack([torch.stack(kv) for kv in kvs])  # (nl, 2, E, H, total, hd)
+        if rows is None:
+            cache.kv[..., :total, :] = new
+            cache.sum_x[:, :total] = mem
+        else:
+            cache.kv[:, :, rows, :, :total] = new
+            cache.sum_x[rows, :total] = mem
+
+    @torch.no_grad()
+    def prefill(self, x: torch.Tensor) -> MemoCache:
+        """The cache after stepping through x (B, T, d) from an empty cache, computed in chunks.
+
+        Equal (to float tolerance) to ``T`` calls of ``step``; used to rebuild caches under new
+        weights (KV refresh) without T sequential forwards.
+        """
+        cfg = self.cfg
+        B, T, _ = x.shape
+        dev = x.device
+        cache = self.init_cache(B)
+        if cfg.mode == "fct":
+            _, kvs = self._causal_run(x, collect=True)
+            new = torch.stack([torch.stack(kv) for kv in kvs])  # (nl, 2, B, H, T, hd)
+            if cfg.fct_window is None:
+                cache.kv = self._grow(cache.kv, 4, T)
+                cache.kv[..., :T, :] = new
+            else:
+                steps = torch.arange(max(0, T - cfg.fct_window), T, device=dev)
+                cache.kv[..., steps % cfg.fct_window, :] = new[..., steps, :]
+            cache.t[:] = T
+            return cache
+        slots = self.slots.weight[None].expand(B, -1, -1)
+        cap = cfg.summary_cap
+        mem = x.new_zeros(B, 0, cfg.d_model)
+        full = (T // cfg.l_seg) * cfg.l_seg
+        for start in range(0, full, cfg.l_seg):
+            n = mem.shape[1]
+            h, _ = self._causal_run(torch.cat([mem, x[:, start : start + cfg.l_seg], slots], 1))
+            mem = torch.cat([mem, h[:, n + cfg.l_seg :]], dim=1)
+            if cap is not None:
+                mem = mem[:, -cap * cfg.l_sum :]
+        n = mem.shape[1]
+        held = n + T - full
+        _, kvs = self._causal_run(torch.cat([mem, x[:, full:]], dim=1), collect=True)
+        new = torch.stack([torch.stack(kv) for kv in kvs])  # (nl, 2, B, H, n + tail, hd)
+        cache.kv = self._grow(cache.kv, 4, held + cfg.l_sum)
+        cache.sum_x = self._grow(cache.sum_x, 1, n)
+        cache.kv[..., :held, :] = new
+        cache.sum_x[:, :n] = mem
+        cache.n_sum[:] = n
+        cache.seg_len[:] = T - full
+        return cache
+
+    # -------------------------------------------------------- cache keeping
+    def reset_cache(self, cache: MemoCache, envs: torch.Tensor) -> None:
+        """Empties the cache rows of ``envs`` (long indices): their trials start anew."""
+        if cache.t is not None:
+            cache.t[envs] = 0
+        else:
+            cache.n_sum[envs] = 0
+            cache.seg_len[envs] = 0
+
+    def copy_cache_row(self, src: MemoCache, src_row: int, dst: MemoCache, dst_row: int) -> None:
+        """Copies one env's cache from ``src`` into row ``dst_row`` of ``dst`` (growing it)."""
+        if src.t is not None:
+            t = int(src.t[src_row])
+            length = min(t, src.kv.shape[4])
+            dst.kv = self._grow(dst.kv, 4, length)
+            dst.kv[:, :, dst_row, :, :length] = src.kv[:, :, src_row, :, :length]
+            dst.t[dst_row] = t
+            return
+        n, s = int(src.n_sum[src_row]), int(src.seg_len[src_row])
+        dst.kv = self._grow(dst.kv, 4, n + s)
+        dst.sum_x = self._grow(dst.sum_x, 1, n)
+        dst.kv[:, :, dst_row, :, : n + s] = src.kv[:, :, src_row, :, : n + s]
+        dst.sum_x[dst_row, :n] = src.sum_x[src_row, :n]
+        dst.n_sum[dst_row], dst.seg_len[dst_row] = n, s
+
+    def cache_tokens(self, cache: MemoCache) -> int:
+        """Tokens held in the cache per env (the most over the batch's envs)."""
+        if cache.t is not None:
+            held = (
+                cache.t if self.cfg.fct_window is None else cache.t.clamp(max=self.cfg.fct_window)
+            )
+        else:
+            held = cache.n_sum + cache.seg_len
+        return int(held.max()) if held.numel() else 0
+
+    def cache_bytes(self, cache: MemoCache) -> int:
+        """Bytes of K/V held per env (the most over the batch's envs)."""
+        cfg = self.cfg
+        elem = self.slots.weight.element_size()
+        return self.cache_tokens(cache) * cfg.n_layers * 2 * cfg.d_model * elem
+
+
+__all__ = ["MODES", "MemoCache", "MemoConfig", "MemoTransformer"]

@@ -1,0 +1,178 @@
+"""Memo's settings (``model: {type: memo, ...}``): the ONE place that wires its pieces into RLlib.
+
+``MemoModelSettings.apply`` sets, on an AlgorithmConfig:
+- the RLModule (``MemoRLModule``, rlmodule.py) and its model_config;
+- the env-runner side: the env-to-module connector that adds each row's trial step
+  (connectors.py) and a lookback horizon of one whole trial;
+- the learner side: the connector that builds whole-trial rows with GAE (batch.py) and the PPO
+  learner that packs whole rows into minibatches (learner.py).
+FCT, RMT and streaming variants are modes of the same network (``mode``, ``fct_window``,
+``max_summaries``).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar
+
+from memrl.methods.memo.network import MODES, MemoConfig
+from memrl.methods.memo.rlmodule import NET_KEYS, MemoRLModule
+
+
+@dataclass(frozen=True)
+class MemoModelSettings:
+    """Memo / FCT / RMT transformer policy (specs/memo.md), trained on whole trials with PPO."""
+
+    TAG_KEY: ClassVar[tuple[str, str]] = ("type", "memo")
+
+    mode: str = "memo"
+    """memo (accumulated summaries), fct (full causal context) or rmt (newest summary only)."""
+    d_model: int = 64
+    """Transformer width (paper: 256)."""
+    n_layers: int = 2
+    """Decoder layers (paper: 4)."""
+    n_heads: int = 4
+    """Attention heads (paper: 8)."""
+    d_mlp: int | None = None
+    """Gated-MLP hidden width (null: 4 * d_model)."""
+    l_seg: int = 16
+    """Segment length in env steps (paper: 256)."""
+    l_sum: int = 4
+    """Summary tokens per segment (paper: 32)."""
+    fct_window: int | None = None
+    """fct only: FIFO window of steps attended (streaming FCT; null: the whole trial)."""
+    max_summaries: int | None = None
+    """memo only: summary blocks kept, oldest evicted first (streaming Memo; null: all)."""
+    seg_randomization: bool = True
+    """Draw the loss passes' segment length in l_seg * [0.8, 1.2) once per minibatch."""
+    layer_drop: float = 0.0
+    """Probability of skipping a layer in loss passes (paper: 0.1)."""
+    encoder_hiddens: list[int] = field(default_factory=lambda: [64])
+    """Hidden layers of the observation encoder MLP (GELU)."""
+    image_obs: str | None = None
+    """Name of the env's image-like observation part (its ``obs_slices`` entry, with the shape in
+    its ``obs_shapes``; ObjNav-lite: "view") to encode with a frozen conv net; null: none."""
+    image_channels: list[int] = field(default_factory=lambda: [16, 32])
+    """Conv channels of the frozen image encoder (3x3 convolutions, ReLU)."""
+    image_features: int = 64
+    """Output width of the frozen image encoder (a fixed random projection)."""
+    image_seed: int = 0
+    """Seed of the frozen image encoder's weights."""
+    max_trial_len: int | None = None
+    """Longest trial in env steps, the lookback kept per chunk (null: the env's trial_len)."""
+    partial_update_steps: int | None = None
+    """Env steps per env between updates within long trials (paper: 256 of 4096); each
+    update's loss covers those steps, its context the trial so far (null: the resources'
+    rollout_fragment_length)."""
+
+    def validate(self, where: str) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"{where}.mode must be one of {list(MODES)}, got {self.mode!r}")
+        try:
+            self.memo_config()
+        except ValueError as err:
+            raise ValueError(f"{where}: {err}") from err
+        if any(h < 1 for h in self.encoder_hiddens):
+            raise ValueError(
+                f"{where}.encoder_hiddens must be positive, got {self.encoder_hiddens}"
+            )
+        if any(c < 1 for c in self.image_channels) or not self.image_channels:
+            raise ValueError(
+                f"{where}.image_channels must be a non-empty list of positive ints, "
+                f"got {self.image_channels}"
+            )
+        if self.image_features < 1:
+            raise ValueError(f"{where}.image_features must be >= 1, got {self.image_features}")
+        for name in ("max_trial_len", "partial_update_steps"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{where}.{name} must be null or >= 1, got {value}")
+
+    def memo_config(self) -> MemoConfig:
+        return MemoConfig(**{k: getattr(self, k) for k in NET_KEYS})
+
+    def model_config(self, exp: Any = None) -> dict[str, Any]:
+        """The RLModule's model_config; ``exp`` (the experiment) resolves ``image_obs``."""
+        out = {k: v for k, v in asdict(self).items() if k in NET_KEYS}
+        out.update(
+            encoder_hiddens=list(self.encoder_hiddens), seg_randomization=self.seg_randomization
+        )
+        if self.image_obs is not None:
+            if exp is None:
+                raise ValueError("model.image_obs needs the experiment's env to resolve it")
+            start, stop, shape = self.image_layout(exp)
+            out.update(
+                image_slice=[start, stop],
+                image_shape=list(shape),
+                image_channels=list(self.image_channels),
+                image_features=self.image_features,
+                image_seed=self.image_seed,
+            )
+        return out
+
+    def image_layout(self, exp: Any) -> tuple[int, int, tuple[int, ...]]:
+        """(start, stop, (H, W, C)) of ``image_obs`` in the env's flat observation."""
+        from memrl.envs import make_env
+
+        env = make_env(exp.env.id, exp.env.config)
+        try:
+            slices = dict(getattr(env.unwrapped, "obs_slices", {}) or {})
+            shapes = dict(getattr(env.unwrapped, "obs_shapes", {}) or {})
+        finally:
+            env.close()
+        if self.image_obs not in slices or self.image_obs not in shapes:
+            raise ValueError(
+                f"model.image_obs={self.image_obs!r}, but env {exp.env.id!r} names these "
+                f"observation parts with a shape: {sorted(set(slices) & set(shapes))}; pick one "
+                "or set model.image_obs to null"
+            )
+        part, shape = slices[self.image_obs], tuple(int(s) for s in shapes[self.image_obs])
+        if len(shape) != 3:
+            raise ValueError(
+                f"model.image_obs={self.image_obs!r} has shape {shape}; an (H, W, C) one is needed"
+            )
+        return int(part.start), int(part.stop), shape
+
+    def trial_len(self, exp: Any) -> int:
+        if self.max_trial_len is not None:
+            return self.max_trial_len
+        from memrl.envs import make_env
+
+        env = make_env(exp.env.id, exp.env.config)
+        try:
+            length = getattr(env.unwrapped, "trial_len", None)
+        finally:
+            env.close()
+        if not isinstance(length, int):
+            raise ValueError(
+                f"model.max_trial_len is not set and env {exp.env.id!r} has no "
+                "trial_len attribute; set model.max_trial_len to its longest trial"
+            )
+        return length
+
+    def apply(self, algo_config: Any, exp: Any) -> None:
+        from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+
+        from memrl.methods.memo.batch import make_learner_connector
+        from memrl.methods.memo.connectors import make_env_to_module
+        from memrl.methods.memo.learner import MemoPPOLearner
+
+        algo_config.rl_module(
+            rl_module_spec=RLModuleSpec(
+                module_class=MemoRLModule, model_config=self.model_config(exp)
+            )
+        )
+        algo_config.env_runners(
+            episode_lookback_horizon=self.trial_len(exp) + 1,
+            env_to_module_connector=make_env_to_module,
+        )
+        if self.partial_update_steps is not None:
+            algo_config.env_runners(rollout_fragment_length=self.partial_update_steps)
+        algo_config.learners(
+            learner_connector=functools.partial(
+                make_learner_connector, gamma=algo_config.gamma, lambda_=algo_config.lambda_
+            ),
+            add_default_connectors_to_learner_pipeline=False,
+        )
+        algo_config.learners(learner_class=MemoPPOLearner)

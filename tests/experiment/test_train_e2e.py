@@ -1,0 +1,225 @@
+"""`memrl train` end to end on a real embedded Ray: outputs, resume after kill -9, env faults."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+import yaml
+from memrl_testing import REPO, memrl_cli, write_config
+
+pytestmark = pytest.mark.slow
+
+REQUIRED_COLUMNS = {
+    "training_iteration",
+    "env_steps_sampled",
+    "episode_return_mean",
+    "episode_len_mean",
+    "time_total_s",
+    "learner_policy_loss",
+    "learner_vf_loss",
+    "learner_total_loss",
+}
+
+
+def test_train_writes_a_complete_run_dir_and_eval_reads_it(tmp_path):
+    cfg = write_config(tmp_path / "tiny.yaml")
+    run = tmp_path / "run"
+    home = tmp_path / "home"
+    home.mkdir()
+    out = memrl_cli(
+        "train", str(cfg), "--output", str(run), "--stop-iters", "2", env={"HOME": str(home)}
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "iter 1/2 | steps 400" in out.stdout and "iter 2/2 | steps 800" in out.stdout
+    assert "return_last" in out.stdout  # the summary table
+    saved = yaml.safe_load((run / "config.yaml").read_text())
+    assert saved["algorithm"]["name"] == "ppo" and saved["run"]["stop_iters"] == 2
+    assert saved["resources"]["num_envs_per_env_runner"] == 2  # fully resolved, defaults filled
+    df = pd.read_parquet(run / "metrics.parquet")
+    assert REQUIRED_COLUMNS <= set(df.columns)
+    assert {"inner_return_0", "inner_success_rate"} <= set(df.columns)  # callbacks wired
+    assert list(df.training_iteration) == [1, 2] and list(df.env_steps_sampled) == [400, 800]
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["iter_000001", "iter_000002"]
+    assert any(p.name.startswith("events.out.tfevents") for p in (run / "tb").iterdir())
+    assert (run / "curve.png").stat().st_size > 1000
+    # No Ray state in the home dir (matplotlib's font cache in ~/.cache is fine).
+    assert not (home / "ray_results").exists() and not (home / ".ray").exists()
+
+    result_file = tmp_path / "eval.json"
+    ev = memrl_cli(
+        "eval",
+        str(run / "checkpoints" / "iter_000002"),
+        "--episodes",
+        "3",
+        "--output",
+        str(result_file),
+    )
+    assert ev.returncode == 0, ev.stderr
+    import json
+
+    result = json.loads(result_file.read_text())
+    assert result["episodes"] == 3 and len(result["returns"]) == 3
+    assert result["len_mean"] == 40.0  # trial_len of the tiny config
+    assert len(result["inner_return_by_index"]) >= 4  # 10-step inner episodes in a 40-step trial
+
+
+def test_existing_run_needs_resume_and_too_many_runners_is_refused(tmp_path):
+    cfg = write_config(tmp_path / "tiny.yaml", resources={"num_env_runners": 64})
+    out = memrl_cli("train", str(cfg), "--output", str(tmp_path / "r"))
+    assert out.returncode == 2
+    assert "resources ask for 64 CPUs" in out.stderr and "Traceback" not in out.stderr
+    (tmp_path / "r2" / "checkpoints" / "iter_000001").mkdir(parents=True)
+    out = memrl_cli(
+        "train", str(write_config(tmp_path / "t2.yaml")), "--output", str(tmp_path / "r2")
+    )
+    assert out.returncode == 2 and "already holds a run. Use --resume" in out.stderr
+    out = memrl_cli(
+        "train",
+        str(write_config(tmp_path / "t3.yaml")),
+        "--output",
+        str(tmp_path / "r3"),
+        "--resume",
+    )
+    assert out.returncode == 2 and "nothing to resume" in out.stderr
+
+
+def test_resume_after_kill_continues_without_gaps(tmp_path):
+    cfg = write_config(tmp_path / "tiny.yaml", run={"stop_iters": 50, "checkpoint_every": 2})
+    run = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memrl", "train", str(cfg), "--output", str(run)],
+        cwd=REPO,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.time() + 240
+        # Kill between checkpoints: after iteration 5 (checkpoint at 4), so row 5 must be redone.
+        while time.time() < deadline:
+            if (run / "metrics.parquet").exists():
+                rows = pd.read_parquet(run / "metrics.parquet")
+                if len(rows) >= 5:
+                    break
+            time.sleep(0.2)
+        else:
+            pytest.fail("training made no progress")
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    killed_rows = pd.read_parquet(run / "metrics.parquet")
+    last_ckpt = max(int(p.name.split("_")[1]) for p in (run / "checkpoints").glob("iter_*"))
+    assert len(killed_rows) >= 5 and last_ckpt >= 4
+    out = memrl_cli(
+        "train", str(cfg), "--output", str(run), "--resume", "--stop-iters", str(last_ckpt + 2)
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert f"resuming from {run / 'checkpoints' / f'iter_{last_ckpt:06d}'}" in out.stdout
+    assert f"iter {last_ckpt + 1}/" in out.stdout
+    df = pd.read_parquet(run / "metrics.parquet")
+    assert list(df.training_iteration) == list(range(1, last_ckpt + 3))
+    steps = list(df.env_steps_sampled)
+    assert steps == sorted(steps) and len(set(steps)) == len(steps)
+    assert steps[last_ckpt] == steps[last_ckpt - 1] + 400  # the counter continued
+
+
+def test_restored_weights_reach_remote_env_runners(tmp_path):
+    """After restore_from_path + the explicit sync, remote runners act with the saved weights."""
+    import numpy as np
+    import ray
+    import torch
+
+    from memrl.experiment.build import build_algorithm_config
+    from memrl.experiment.config import load_config
+    from memrl.experiment.ray_session import ray_session
+    from memrl.experiment.train import build_algo, sync_env_runner_weights
+
+    exp = load_config(write_config(tmp_path / "tiny.yaml"))
+
+    def runner_weights(algo):
+        states = algo.env_runner_group.foreach_env_runner(
+            lambda r: {
+                k: v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else v
+                for k, v in r.module.state_dict().items()
+            },
+            local_env_runner=False,
+        )
+        return states[0]
+
+    with ray_session(None, num_cpus=2):
+        trained = build_algo(build_algorithm_config(exp), tmp_path / "rllib")
+        for _ in range(2):
+            trained.train()
+        trained.save_to_path(str(tmp_path / "ckpt"))
+        saved = runner_weights(trained)
+        trained.stop()
+
+        fresh = build_algo(build_algorithm_config(exp), tmp_path / "rllib")
+        before = runner_weights(fresh)
+        assert any(not np.allclose(before[k], saved[k]) for k in saved)  # the test can fail
+        fresh.restore_from_path(str(tmp_path / "ckpt"))
+        sync_env_runner_weights(fresh)
+        after = runner_weights(fresh)
+        for k in saved:
+            np.testing.assert_allclose(after[k], saved[k], err_msg=k)
+        learner = fresh.learner_group.get_weights()["default_policy"]
+        for k, v in learner.items():
+            if k in after:
+                np.testing.assert_allclose(after[k], np.asarray(v), err_msg=k)
+        fresh.stop()
+    assert not ray.is_initialized()
+
+
+def test_env_runner_fault_does_not_end_the_run(tmp_path):
+    cfg = write_config(
+        tmp_path / "faulty.yaml",
+        env={
+            "id": "memrl/DarkKeyToDoor-v0",
+            "config": {"size": 4, "episode_len": 10, "trial_len": 40},
+            "fault_injection": {"step_error_probability": 0.004, "env_runner_indices": [1]},
+        },
+        resources={"num_env_runners": 2, "num_envs_per_env_runner": 2},
+        fault_tolerance={
+            "delay_between_env_runner_restarts_s": 0.1,
+            "restart_failed_sub_environments": False,
+        },
+        run={"stop_iters": 12, "checkpoint_every": 4},
+    )
+    run = tmp_path / "run"
+    out = memrl_cli("train", str(cfg), "--output", str(run))
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    df = pd.read_parquet(run / "metrics.parquet")
+    assert list(df.training_iteration) == list(range(1, 13))
+    assert (df.env_runners_down > 0).any()  # the crash was counted ...
+    assert df.env_runner_restarts.iloc[-1] >= 1  # ... and the runner came back
+    assert sorted(p.name for p in (run / "checkpoints").iterdir())[-1] == "iter_000012"
+    assert "InjectedEnvError" in out.stdout + out.stderr  # the failure was logged
+    assert "runners down" in out.stdout  # and shown on the progress line
+
+
+def test_env_fault_in_the_local_runner_recreates_the_env(tmp_path):
+    """With the default restart_failed_sub_environments, a failing env is rebuilt in place."""
+    cfg = write_config(
+        tmp_path / "faulty_local.yaml",
+        env={
+            "id": "memrl/DarkKeyToDoor-v0",
+            "config": {"size": 4, "episode_len": 10, "trial_len": 40},
+            "fault_injection": {"step_error_probability": 0.002, "env_runner_indices": [0]},
+        },
+        resources={"num_env_runners": 0, "num_envs_per_env_runner": 2},
+        run={"stop_iters": 4, "checkpoint_every": 2},
+    )
+    run = tmp_path / "run"
+    out = memrl_cli("train", str(cfg), "--output", str(run))
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    df = pd.read_parquet(run / "metrics.parquet")
+    assert list(df.training_iteration) == [1, 2, 3, 4]
+    assert df.env_step_failures.iloc[-1] >= 1
+    assert "env-failures" in out.stdout and "InjectedEnvError" in out.stdout + out.stderr

@@ -1,0 +1,134 @@
+"""`memrl train` with the MEM1 algorithm on a real embedded Ray: both algorithms, both modes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from memrl_testing import memrl_cli, write_config
+
+pytestmark = pytest.mark.slow
+
+
+def _config(tmp_path, name, **algorithm):
+    data = {
+        "name": name,
+        "env": {
+            "id": "memrl/DocQA-v0",
+            "config": {"synthetic_passages": 60, "objectives": 2, "num_tasks": 40, "max_turns": 3},
+        },
+        "algorithm": {
+            "name": "mem1",
+            "max_tokens_per_turn": 12,
+            "lr": 1e-3,
+            "max_tokens_per_row": 1024,
+            "train_tasks": 40,
+            **algorithm,
+        },
+        "model": {
+            "type": "llm",
+            "path": "tiny",
+            "tiny_corpus_episodes": 20,
+            "tiny": {
+                "vocab_size": 512,
+                "hidden_size": 32,
+                "num_layers": 2,
+                "intermediate_size": 64,
+            },
+        },
+        "resources": {"num_env_runners": 0, "num_envs_per_env_runner": 4},
+        "run": {"stop_iters": 1, "checkpoint_every": 1, "output_dir": str(tmp_path / "runs")},
+    }
+    return write_config(tmp_path / f"{name}.yaml", data)
+
+
+def test_ppo_per_turn_with_a_remote_runner_and_warm_start(tmp_path):
+    cfg = _config(
+        tmp_path,
+        "ppo",
+        algorithm="ppo",
+        sequence_mode="per_turn",
+        eval_every=1,
+        eval_tasks=2,
+        warm_start={"episodes": 4, "epochs": 1, "env_config": {"test_fraction": 0.5}},
+        # a second held-out set: train-split tasks that training never draws (train_tasks 38)
+        train_tasks=38,
+        eval_extra={"unseen": {"env_config": {"split": "train"}, "task_offset": 38}},
+    )
+    run = tmp_path / "ppo_run"
+    out = memrl_cli(
+        "train",
+        str(cfg),
+        "--output",
+        str(run),
+        "--stop-iters",
+        "2",
+        "--set",
+        "resources.num_env_runners=1",
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    # The warm start runs before the first iteration line: it says what it does and when done.
+    assert "warm start: playing 4 scripted episodes" in out.stdout
+    assert "warm start: done" in out.stdout
+    # ... and keeps the warmed-up model as a folder that starts other runs
+    import re
+
+    from memrl.methods.mem1.rlmodule import load_policy
+
+    saved = Path(re.search(r"warm start: model saved to (\S+)", out.stdout).group(1))
+    assert saved.name == "warm_start_model" and run / "rllib" in saved.parents
+
+    lm, tokenizer = load_policy(saved)
+    assert lm.config.hidden_size == 32 and tokenizer.encode("<think>")
+    frame = pd.read_parquet(run / "metrics.parquet")
+    assert len(frame) == 2
+    cols = " ".join(frame.columns)
+    for key in (
+        "rollout_peak_tokens",
+        "rollout_dependency",
+        "policy_loss",
+        "vf_loss",
+        "logp_gap_mean",
+        "eval_em",
+        "eval_unseen_em",
+        "eval_unseen_f1",
+    ):
+        assert key in cols, f"{key} missing from {sorted(frame.columns)}"
+    gap = [c for c in frame.columns if c.endswith("logp_gap_max")][0]
+    # per_turn recomputes the runner's behaviour log-probs (weights synced after each update).
+    assert frame[gap].max() < 1e-4
+    steps = frame["env_steps_sampled"].tolist()
+    assert steps[1] > steps[0] > 0
+    # The tiny model lives in the run directory given by --output, nowhere else.
+    assert list((run / "tiny_model").glob("*/config.json"))
+    assert not (tmp_path / "runs").exists()
+
+
+def test_grpo_packed_trains_and_resumes(tmp_path):
+    cfg = _config(tmp_path, "grpo", algorithm="grpo", sequence_mode="packed", group_size=2)
+    # With LoRA: the reference is the base model (adapters off) and syncs carry only adapters.
+    data = yaml.safe_load(cfg.read_text())
+    data["model"]["lora"] = {"enabled": True, "r": 4, "alpha": 8}
+    cfg.write_text(yaml.safe_dump(data))
+    run = tmp_path / "grpo_run"
+    out = memrl_cli("train", str(cfg), "--output", str(run), timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    out = memrl_cli(
+        "train", str(cfg), "--output", str(run), "--resume", "--stop-iters", "2", timeout=600
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    frame = pd.read_parquet(run / "metrics.parquet")
+    assert frame["training_iteration"].tolist() == [1, 2]
+    assert any(c.endswith("ref_kl") for c in frame.columns)
+    assert not any(c.endswith("vf_loss") for c in frame.columns)  # GRPO has no critic
+
+
+def test_grpo_needs_whole_groups_per_runner(tmp_path):
+    from memrl.experiment.config import load_config
+
+    exp = load_config(_config(tmp_path, "bad", algorithm="grpo", group_size=3))
+    with pytest.raises(ValueError, match="multiple of algorithm.group_size"):
+        exp.algorithm.make_algorithm_config(exp)

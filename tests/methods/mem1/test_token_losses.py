@@ -1,0 +1,123 @@
+"""Token-level losses and advantages, checked against hand-computed values."""
+
+import numpy as np
+import pytest
+import torch
+
+from memrl.methods.mem1.batch import (
+    collate,
+    group_normalized,
+    last_token_of_episode,
+    pack_rows,
+    token_returns,
+)
+from memrl.methods.mem1.context import ContextPolicy, Turn, per_turn_units
+from memrl.methods.mem1.losses import (
+    clipped_pg_loss,
+    clipped_value_loss,
+    kl_k3,
+    masked_mean,
+    masked_whiten,
+    sft_loss,
+)
+
+
+def test_clipped_pg_loss_by_hand():
+    logp = torch.log(torch.tensor([[1.5, 0.5, 1.0, 9.0]]))
+    old = torch.zeros((1, 4))
+    adv = torch.tensor([[1.0, -1.0, 2.0, 5.0]])
+    mask = torch.tensor([[True, True, True, False]])
+    loss, stats = clipped_pg_loss(logp, old, adv, mask, clip=0.2)
+    # token 0: ratio 1.5, A=1 -> max(-1.5, -1.2) = -1.2; token 1: ratio .5, A=-1 -> max(.5, .8) = .8
+    # token 2: ratio 1, A=2 -> -2; token 3 masked out.
+    assert loss.item() == pytest.approx((-1.2 + 0.8 - 2.0) / 3)
+    assert stats["clipfrac"].item() == pytest.approx(2 / 3)
+
+
+def test_clipped_value_loss_by_hand():
+    values = torch.tensor([[2.0, 0.0]])
+    old = torch.tensor([[0.0, 0.0]])
+    returns = torch.tensor([[1.0, 3.0]])
+    mask = torch.tensor([[True, True]])
+    loss, _ = clipped_value_loss(values, old, returns, mask, clip=0.5)
+    # token 0: unclipped (2-1)^2 = 1, clipped (0.5-1)^2 = .25 -> 1; token 1: 9 and 9 -> 9
+    assert loss.item() == pytest.approx(0.5 * (1 + 9) / 2)
+
+
+def test_losses_ignore_unmasked_tokens_entirely():
+    logp = torch.randn(2, 6, requires_grad=True)
+    mask = torch.tensor([[0, 1, 1, 0, 0, 1], [1, 0, 0, 0, 1, 1]], dtype=torch.bool)
+    adv = torch.randn(2, 6)
+    loss, _ = clipped_pg_loss(logp, logp.detach() + 0.1, adv, mask, 0.2)
+    loss = loss + sft_loss(logp, mask) + masked_mean(kl_k3(logp, torch.zeros(2, 6)), mask)
+    loss.backward()
+    assert torch.all(logp.grad[~mask] == 0) and torch.all(logp.grad[mask] != 0)
+    garbage = adv.clone()
+    garbage[~mask] = 1e6
+    loss2, _ = clipped_pg_loss(logp.detach(), logp.detach() + 0.1, garbage, mask, 0.2)
+    loss1, _ = clipped_pg_loss(logp.detach(), logp.detach() + 0.1, adv, mask, 0.2)
+    assert loss1.item() == pytest.approx(loss2.item())
+
+
+def test_kl_k3_is_nonnegative_and_zero_at_the_reference():
+    a = torch.randn(100)
+    b = torch.randn(100)
+    assert torch.all(kl_k3(a, b) >= 0)
+    assert torch.allclose(kl_k3(a, a), torch.zeros(100))
+
+
+def test_masked_whiten():
+    x = torch.tensor([[1.0, 2.0, 3.0, 100.0]])
+    mask = torch.tensor([[True, True, True, False]])
+    w = masked_whiten(x, mask)
+    assert w[0, 3] == 0 and masked_mean(w, mask).abs() < 1e-6
+
+
+def _rows_for(episodes_turns):
+    units = []
+    for e, turns in enumerate(episodes_turns):
+        units += [(e, u) for u in per_turn_units(ContextPolicy("mem1"), [1, 2], turns)]
+    return collate(units, pack_rows(units, 12), pad_id=0)
+
+
+def test_returns_run_over_turns_and_rows_in_generation_order():
+    turns = [Turn(gen_ids=[5, 6], obs_ids=[7]), Turn(gen_ids=[8, 9, 10])]
+    cols = _rows_for([turns, [Turn(gen_ids=[3])]])
+    assert cols["input_ids"].shape[0] >= 2  # the first episode spans rows
+    mask = cols["loss_mask"]
+    rewards = np.zeros(mask.shape, np.float32)
+    rewards[mask] = 1.0  # one per generated token
+    last = last_token_of_episode(cols, 2)
+    rewards[last] += 10.0
+    returns = token_returns(rewards, cols)
+    by_token = {}
+    for r, t in zip(*np.nonzero(mask), strict=True):
+        by_token[(cols["episode"][r, t], cols["token_order"][r, t])] = returns[r, t]
+    # Episode 0 has 5 generated tokens: reward-to-go 5+10, 4+10, ..., 1+10.
+    assert [by_token[(0, k)] for k in range(5)] == [15, 14, 13, 12, 11]
+    assert by_token[(1, 0)] == 11
+    assert last.sum() == 2
+
+
+def test_group_normalization_never_mixes_groups():
+    rewards = [0.0, 2.0, 100.0, 100.0, 5.0]
+    groups = ["a", "a", "b", "b", "c"]
+    adv = group_normalized(rewards, groups)
+    np.testing.assert_allclose(adv[:2], [-1.0, 1.0], atol=1e-5)
+    np.testing.assert_allclose(adv[2:], [0.0, 0.0, 0.0])  # equal rewards; a group of one
+    # Changing another group's rewards leaves a group's advantages alone.
+    adv2 = group_normalized([0.0, 2.0, -50.0, 80.0, 5.0], groups)
+    np.testing.assert_allclose(adv[:2], adv2[:2])
+
+
+def test_rows_pack_without_overflowing():
+    units = [
+        (0, u)
+        for u in per_turn_units(
+            ContextPolicy("full"), list(range(5)), [Turn(gen_ids=[1] * 3, obs_ids=[2] * 2)] * 4
+        )
+    ]
+    rows = pack_rows(units, 20)
+    for row in rows:
+        assert sum(len(units[i][1]) for i in row) <= 20 or len(row) == 1
+    assert sorted(i for row in rows for i in row) == list(range(len(units)))

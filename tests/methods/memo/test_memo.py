@@ -1,0 +1,178 @@
+"""MemoTransformer: the cached step path equals the training forward; cache sizes are bounded."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from memrl.methods.memo.network import MemoConfig, MemoTransformer
+
+torch.set_num_threads(1)  # small shared machines: one thread per test process
+
+SMALL = dict(d_model=32, n_layers=2, n_heads=4, l_seg=8, l_sum=2)
+
+
+def _net(**kw) -> MemoTransformer:
+    torch.manual_seed(0)
+    net = MemoTransformer(MemoConfig(**{**SMALL, **kw})).eval()
+    # Larger weights than the 0.02 init, so attention is far from uniform and bugs show.
+    with torch.no_grad():
+        for p in net.parameters():
+            if p.dim() > 1:
+                p.normal_(0.0, 0.2)
+    return net
+
+
+def _stepped(net: MemoTransformer, x: torch.Tensor) -> torch.Tensor:
+    cache = net.init_cache(batch_size=x.shape[0])
+    out = []
+    for t in range(x.shape[1]):
+        y, cache = net.step(x[:, t], cache)
+        out.append(y)
+    return torch.stack(out, dim=1)
+
+
+CASES = [
+    dict(mode="memo"),
+    dict(mode="rmt"),
+    dict(mode="fct"),
+    dict(mode="fct", fct_window=5),
+    dict(mode="memo", max_summaries=2),
+]
+
+
+@pytest.mark.parametrize("kw", CASES, ids=lambda kw: "-".join(f"{v}" for v in kw.values()))
+def test_step_path_equals_training_forward(kw):
+    net = _net(**kw)
+    x = torch.randn(3, 4 * 8 + 5, 32)  # four full segments and a partial one
+    ref = net(x)
+    got = _stepped(net, x)
+    assert (ref - got).abs().max().item() <= 1e-4
+
+
+@pytest.mark.parametrize("offsets", [(0, 5, 11), (0, 8, 16)], ids=["apart", "segments-apart"])
+@pytest.mark.parametrize("kw", CASES, ids=lambda kw: "-".join(f"{v}" for v in kw.values()))
+def test_envs_not_in_lockstep_each_match_their_own_training_forward(kw, offsets):
+    """Env b starts its trial at step offsets[b]: the batch never holds equal counts.
+
+    (0, 8, 16): every env ends a segment at the same step while holding different numbers of
+    summaries (and, capped, some evict while others append).
+    """
+    net = _net(**kw)
+    T = max(offsets) + 4 * 8 + 5  # each env: four full segments and a partial one
+    x = torch.randn(len(offsets), T, 32)
+    cache = net.init_cache(batch_size=len(offsets))
+    got = []
+    for t in range(T):
+        starting = [b for b, o in enumerate(offsets) if o == t and t > 0]
+        if starting:
+            net.reset_cache(cache, torch.tensor(starting))
+        y, cache = net.step(x[:, t], cache)
+        got.append(y)
+    got = torch.stack(got, dim=1)
+    for b, o in enumerate(offsets):
+        ref = net(x[b : b + 1, o:])[0]
+        assert (got[b, o:] - ref).abs().max().item() <= 1e-4, (kw, offsets, b)
+
+
+def test_envs_at_different_steps_share_one_batched_cache():
+    """Rows reset at different times must behave as if each ran alone."""
+    net = _net(mode="memo")
+    x = torch.randn(2, 30, 32)
+    cache = net.init_cache(batch_size=2)
+    outs = {0: [], 1: []}
+    for t in range(30):
+        if t == 11:  # env 1 starts a new trial at step 11
+            net.reset_cache(cache, torch.tensor([1]))
+        y, cache = net.step(x[:, t], cache)
+        outs[0].append(y[0])
+        outs[1].append(y[1])
+    ref0 = net(x[:1])[0]
+    ref1 = net(x[1:, 11:])[0]
+    assert (torch.stack(outs[0]) - ref0).abs().max() <= 1e-4
+    assert (torch.stack(outs[1][11:]) - ref1).abs().max() <= 1e-4
+
+
+@pytest.mark.parametrize("mode", ["memo", "rmt", "fct", "memo-capped", "fct-window"])
+def test_cache_tokens_are_bounded_and_bytes_follow(mode):
+    kw = {
+        "memo-capped": dict(mode="memo", max_summaries=2),
+        "fct-window": dict(mode="fct", fct_window=5),
+    }.get(mode, dict(mode=mode))
+    net = _net(**kw)
+    cache = net.init_cache(batch_size=2)
+    x = torch.randn(2, 45, 32)
+    for t in range(45):
+        _, cache = net.step(x[:, t], cache)
+        steps = t + 1
+        n_blocks = steps // 8
+        expected = {
+            "memo": n_blocks * 2 + steps % 8,
+            "rmt": min(n_blocks, 1) * 2 + steps % 8,
+            "fct": steps,
+            "memo-capped": min(n_blocks, 2) * 2 + steps % 8,
+            "fct-window": min(steps, 5),
+        }[mode]
+        assert net.cache_tokens(cache) == expected
+        assert net.cache_bytes(cache) == expected * 2 * 2 * 32 * 4
+    if mode == "memo":
+        assert net.cache_tokens(cache) <= 5 * 2 + 8
+    # Capped modes never allocate past their bound (summaries + a segment + summary slots).
+    room = {"rmt": 1 * 2 + 8 + 2, "memo-capped": 2 * 2 + 8 + 2, "fct-window": 5}.get(mode)
+    if room is not None:
+        assert cache.kv.shape[4] <= room
+
+
+def test_prefill_equals_stepping():
+    for kw in CASES:
+        net = _net(**kw)
+        x = torch.randn(2, 21, 32)
+        stepped = net.init_cache(2)
+        for t in range(21):
+            _, stepped = net.step(x[:, t], stepped)
+        filled = net.prefill(x)
+        y_next = torch.randn(2, 32)
+        a, _ = net.step(y_next, stepped)
+        b, _ = net.step(y_next, filled)
+        assert (a - b).abs().max() <= 1e-4, kw
+        assert net.cache_tokens(stepped) == net.cache_tokens(filled)
+
+
+def test_training_forward_backprops_through_every_summary():
+    net = _net(mode="memo")
+    net.train()
+    x = torch.randn(1, 40, 32, requires_grad=True)
+    y = net(x, seg_len=8)
+    y[:, -1].sum().backward()
+    # The last step sees step 0 only through four generations of summaries.
+    assert x.grad[0, 0].abs().sum() > 0
+    x.grad = None
+    net_rmt = _net(mode="fct", fct_window=4)
+    y = net_rmt(x)
+    y[:, -1].sum().backward()
+    assert x.grad[0, 0].abs().sum() == 0  # outside the window: no path
+
+
+def test_seg_len_changes_the_segmentation():
+    net = _net(mode="memo")
+    x = torch.randn(1, 30, 32)
+    a, b = net(x, seg_len=8), net(x, seg_len=10)
+    assert torch.allclose(a[:, :8], b[:, :8], atol=1e-5)  # same first chunk prefix
+    assert (a[:, 20:] - b[:, 20:]).abs().max() > 1e-3
+
+
+def test_layer_drop_only_in_training():
+    net = _net(mode="memo", layer_drop=0.5)
+    x = torch.randn(1, 20, 32)
+    assert torch.equal(net(x), net(x))
+    net.train()
+    torch.manual_seed(1)
+    outs = {tuple(net(x)[0, -1, :3].tolist()) for _ in range(8)}
+    assert len(outs) > 1
+
+
+def test_bad_config_is_rejected_with_the_value():
+    with pytest.raises(ValueError, match="mode"):
+        MemoConfig(mode="lstm")
+    with pytest.raises(ValueError, match="divisible"):
+        MemoConfig(d_model=30, n_heads=4)

@@ -1,0 +1,213 @@
+"""MemoRLModule: KV refresh after new weights, whole-trial rows, settings, RLlib training."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from ray.rllib.core.columns import Columns
+from ray.rllib.env.single_agent_episode import SingleAgentEpisode
+
+from memrl.methods.memo.batch import MemoTrialBatch, gae
+from memrl.methods.memo.columns import MEMO_TRIAL_T
+from memrl.methods.memo.rlmodule import MemoRLModule
+from memrl.methods.memo.settings import MemoModelSettings
+
+torch.set_num_threads(1)  # small shared machines: one thread per test process
+
+OBS = gym.spaces.Box(-1.0, 1.0, (5,), np.float32)
+ACT = gym.spaces.Discrete(3)
+CONFIG = dict(d_model=16, n_layers=1, n_heads=2, l_seg=4, l_sum=2, encoder_hiddens=[16])
+
+
+def _module(seed: int, **kw) -> MemoRLModule:
+    torch.manual_seed(seed)
+    return MemoRLModule(observation_space=OBS, action_space=ACT, model_config={**CONFIG, **kw})
+
+
+def _act(module: MemoRLModule, obs: np.ndarray, trial_t: list[int]) -> torch.Tensor:
+    batch = {Columns.OBS: torch.from_numpy(obs), MEMO_TRIAL_T: torch.tensor(trial_t)}
+    return module.forward_exploration(batch)[Columns.ACTION_DIST_INPUTS]
+
+
+def _held(cache, row: int) -> list[torch.Tensor]:
+    """The K/V one env's cache row actually holds."""
+    if cache.t is not None:
+        return [cache.kv[:, :, row, :, : int(cache.t[row])]]
+    n, s = int(cache.n_sum[row]), int(cache.seg_len[row])
+    return [cache.sum_kv[:, :, row, :, :n], cache.seg_kv[:, :, row, :, :s]]
+
+
+@pytest.mark.parametrize("mode", ["memo", "rmt", "fct"])
+def test_kv_refresh_rebuilds_caches_under_new_weights(mode):
+    rng = np.random.default_rng(0)
+    runner = _module(0, mode=mode)
+    # Three env slots at different points of their trials (slot 2 starts a new trial at step 6).
+    history: dict[int, list[np.ndarray]] = {0: [], 1: [], 2: []}
+    trial_t = [0, 0, 0]
+    for step in range(11):
+        obs = rng.normal(size=(3, 5)).astype(np.float32)
+        if step == 6:
+            trial_t[2], history[2] = 0, []
+        for i in range(3):
+            history[i].append(obs[i])
+        _act(runner, obs, trial_t)
+        trial_t = [t + 1 for t in trial_t]
+    old = [[h.clone() for h in _held(runner.keeper.cache, i)] for i in range(3)]
+
+    new_weights = _module(1, mode=mode).get_state()
+    runner.set_state(new_weights)
+
+    for i in range(3):
+        # A fresh recompute: the slot's trial replayed step by step under the new weights.
+        replay = _module(1, mode=mode)
+        for t, o in enumerate(history[i]):
+            _act(replay, o[None], [t])
+        got, want = _held(runner.keeper.cache, i), _held(replay.keeper.cache, 0)
+        assert [g.shape for g in got] == [w.shape for w in want]
+        for g, w, o in zip(got, want, old[i], strict=True):
+            assert torch.allclose(g, w, atol=1e-5), (mode, i)
+            assert not torch.allclose(g, o, atol=1e-3)  # the old weights' cache was replaced
+    # Acting goes on from the refreshed caches.
+    out = _act(runner, rng.normal(size=(3, 5)).astype(np.float32), trial_t)
+    assert torch.isfinite(out).all()
+
+
+def _episode(n_steps: int, rng: np.random.Generator) -> SingleAgentEpisode:
+    ep = SingleAgentEpisode(observation_space=OBS, action_space=ACT)
+    ep.add_env_reset(observation=rng.normal(size=5).astype(np.float32))
+    for _ in range(n_steps):
+        ep.add_env_step(
+            observation=rng.normal(size=5).astype(np.float32),
+            action=int(rng.integers(3)),
+            reward=float(rng.normal()),
+            extra_model_outputs={
+                Columns.ACTION_LOGP: np.float32(-1.1),
+                Columns.ACTION_DIST_INPUTS: np.zeros(3, np.float32),
+            },
+        )
+    return ep
+
+
+def test_learner_rows_start_at_the_trial_and_mask_only_new_steps():
+    rng = np.random.default_rng(1)
+    first = _episode(10, rng)
+    all_obs = np.asarray(first.get_observations())
+    second = first.cut(len_lookback_buffer=50)
+    for _ in range(5):
+        o = rng.normal(size=5).astype(np.float32)
+        all_obs = np.concatenate([all_obs, o[None]])
+        second.add_env_step(
+            observation=o,
+            action=1,
+            reward=1.0,
+            extra_model_outputs={
+                Columns.ACTION_LOGP: np.float32(-0.5),
+                Columns.ACTION_DIST_INPUTS: np.ones(3, np.float32),
+            },
+        )
+    second = second.to_numpy()
+    module = _module(0)
+    batch = MemoTrialBatch(gamma=0.9, lambda_=0.8)(
+        rl_module=module, batch={}, episodes=[second, first.to_numpy()]
+    )
+    data = batch["default_policy"]
+    obs, mask = data[Columns.OBS].numpy(), data[Columns.LOSS_MASK].numpy()
+    assert obs.shape == (2, 16, 5)
+    np.testing.assert_allclose(obs[0], all_obs)  # row 0: trial from step 0, 10 lookback steps
+    assert mask[0].tolist() == [False] * 10 + [True] * 5 + [False]
+    assert mask[1].tolist() == [True] * 10 + [False] * 6
+    assert (data[Columns.ACTIONS].numpy()[0, 10:15] == 1).all()
+    # Value targets = GAE + values, with values from the whole-trial forward.
+    with torch.no_grad():
+        v = module.compute_values({Columns.OBS: torch.from_numpy(obs)}, fixed_segments=True)
+    a = gae(np.ones(5, np.float32), v[0, 10:16].numpy(), 0.9, 0.8)
+    np.testing.assert_allclose(
+        data["value_targets"].numpy()[0, 10:15], a + v[0, 10:15].numpy(), atol=1e-5
+    )
+
+
+def test_learner_rejects_chunks_without_their_trial_start():
+    rng = np.random.default_rng(2)
+    second = _episode(6, rng).cut(len_lookback_buffer=2)
+    second.add_env_step(
+        observation=np.zeros(5, np.float32),
+        action=0,
+        reward=0.0,
+        extra_model_outputs={
+            Columns.ACTION_LOGP: np.float32(0.0),
+            Columns.ACTION_DIST_INPUTS: np.zeros(3, np.float32),
+        },
+    )
+    with pytest.raises(ValueError, match="max_trial_len"):
+        MemoTrialBatch()(rl_module=_module(0), batch={}, episodes=[second.to_numpy()])
+
+
+def test_segment_length_randomized_in_loss_passes_only():
+    module = _module(0, l_seg=10)
+    seen = {module.train_seg_len() for _ in range(200)}
+    assert min(seen) >= 8 and max(seen) <= 11 and len(seen) > 2
+    assert _module(0, l_seg=10, seg_randomization=False).train_seg_len() == 10
+
+
+def test_settings_validate_and_reject_unknown_keys():
+    from memrl.experiment.config import parse_config
+
+    exp = parse_config(
+        {
+            "env": {"id": "memrl/MemoryCorridor-v0", "config": {"length": 4}},
+            "model": {"type": "memo", "mode": "rmt", "l_seg": 8},
+        }
+    )
+    assert isinstance(exp.model, MemoModelSettings) and exp.model.mode == "rmt"
+    assert exp.model.trial_len(exp) == 5
+    with pytest.raises(ValueError, match="mode"):
+        parse_config({"model": {"type": "memo", "mode": "gru"}})
+    with pytest.raises(ValueError, match="l_seq"):
+        parse_config({"model": {"type": "memo", "l_seq": 8}})
+
+
+@pytest.mark.slow
+def test_trains_through_rllib_on_the_corridor(tmp_path):
+    import ray
+
+    from memrl.experiment.build import build_algorithm_config
+    from memrl.experiment.config import parse_config
+
+    exp = parse_config(
+        {
+            "env": {
+                "id": "memrl/MemoryCorridor-v0",
+                "config": {"length": 6, "episodes_per_trial": 2},
+            },
+            "algorithm": {
+                "name": "ppo",
+                "train_batch_size": 112,
+                "minibatch_size": 28,
+                "num_epochs": 1,
+            },
+            "model": {
+                "type": "memo",
+                "d_model": 16,
+                "n_layers": 1,
+                "n_heads": 2,
+                "l_seg": 4,
+                "l_sum": 2,
+                "encoder_hiddens": [16],
+                "partial_update_steps": 5,
+            },
+            "resources": {"num_env_runners": 0, "num_envs_per_env_runner": 2},
+        }
+    )
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    try:
+        algo = build_algorithm_config(exp).build_algo()
+        for _ in range(2):
+            result = algo.train()
+        learner = result["learners"]["default_policy"]
+        assert np.isfinite(learner["total_loss"]) and learner["num_module_steps_trained"] > 0
+        assert result["env_runners"]["num_episodes_lifetime"] > 0
+        algo.stop()
+    finally:
+        ray.shutdown()
