@@ -7,10 +7,10 @@ classes by the old module paths (memrl.models.memo_rlmodule, memrl.learners.memo
 from __future__ import annotations
 
 import importlib
+import json
 import shutil
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 from memrl_testing import REPO, memrl_cli
@@ -32,21 +32,26 @@ def test_the_fixtures_really_name_old_paths() -> None:
 
 
 @pytest.mark.parametrize("run", ["memo_v0_1", "mlp_v0_1"])
-def test_old_rl_module_checkpoint_loads_and_acts(run: str) -> None:
+def test_old_rl_module_checkpoint_acts_exactly_as_it_did(run: str) -> None:
+    """The 0.1 code stepped each fixture through 12 observations of one trial and recorded the
+    action logits (expected_actions.json); today's code must give the same ones: every weight
+    loaded (RLlib loads with strict=False, so a renamed parameter would stay random)."""
     from ray.rllib.core.columns import Columns
     from ray.rllib.core.rl_module.rl_module import RLModule
 
+    expected = json.loads((FIXTURES / "expected_actions.json").read_text())[run]
     module = RLModule.from_checkpoint(str(FIXTURES / run / MODULE))
-    obs = torch.as_tensor(
-        np.stack([module.observation_space.sample() for _ in range(3)]), dtype=torch.float32
-    )
-    batch = {Columns.OBS: obs}
-    if run.startswith("memo"):
-        batch["memo_trial_t"] = torch.zeros(3, dtype=torch.long)
+    obs = torch.tensor(expected["obs"], dtype=torch.float32)
+    logits = []
     with torch.no_grad():
-        out = module.forward_inference(batch)
-    logits = out[Columns.ACTION_DIST_INPUTS]
-    assert logits.shape == (3, module.action_space.n) and torch.isfinite(logits).all()
+        for t in range(len(obs)):
+            batch = {Columns.OBS: obs[t : t + 1]}
+            if run.startswith("memo"):
+                batch["memo_trial_t"] = torch.tensor([t])
+            logits.append(module.forward_inference(batch)[Columns.ACTION_DIST_INPUTS][0])
+    torch.testing.assert_close(
+        torch.stack(logits), torch.tensor(expected["logits"]), rtol=1e-4, atol=1e-5
+    )
 
 
 @pytest.mark.slow
