@@ -22,7 +22,7 @@ import yaml
 from memrl.experiment.build import build_algorithm_config
 from memrl.experiment.config import apply_overrides, parse_config
 from memrl.experiment.ray_session import ray_session
-from memrl.experiment.train import CHECKPOINT_PREFIX, RunDir, build_algo, sync_env_runner_weights
+from memrl.experiment.train import CHECKPOINT_PREFIX, RunDir, build_algo, restore_checkpoint
 
 logger = logging.getLogger(__name__)
 
@@ -79,8 +79,7 @@ def evaluate_checkpoint(
     with ray_session(None, num_cpus=1):
         algo = build_algo(build_algorithm_config(exp.located(run.path)), run.path / "rllib")
         try:
-            algo.restore_from_path(str(ckpt.resolve()))
-            sync_env_runner_weights(algo)
+            restore_checkpoint(algo, ckpt, acting_only=True)
             runner = algo.env_runner
             t0 = time.time()
             done: list[Any] = []

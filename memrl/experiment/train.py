@@ -323,8 +323,7 @@ def train(
         try:
             if checkpoint is not None:
                 echo(f"resuming from {checkpoint} (iteration {algo_iteration(checkpoint)})")
-                algo.restore_from_path(str(checkpoint.resolve()))
-                sync_env_runner_weights(algo)
+                restore_checkpoint(algo, checkpoint)
             run.write_metrics(rows)
             writer = SummaryWriter(str(run.tb), purge_step=algo.iteration + 1)
             last_saved = algo.iteration
@@ -367,6 +366,44 @@ def train(
 
 def algo_iteration(checkpoint: Path) -> int:
     return int(checkpoint.name[len(CHECKPOINT_PREFIX) :])
+
+
+MODULE_COMPONENT = "learner_group/learner/rl_module"
+
+
+def restore_checkpoint(algo: Any, checkpoint: Path, *, acting_only: bool = False) -> None:
+    """Restores an Algorithm from one of memrl's checkpoints and pushes the weights to every env
+    runner.
+
+    ``acting_only``: only what acting needs (the RLModule weights and the env runners' state),
+    not the optimizer's. A full restore whose optimizer state does not fit the model (a
+    checkpoint written by an older memrl, whose layers were laid out differently) falls back to
+    that, with a warning: training goes on from the saved weights with fresh optimizer moments.
+    """
+    path = checkpoint.resolve()
+    if not acting_only:
+        try:
+            algo.restore_from_path(str(path))
+            sync_env_runner_weights(algo)
+            return
+        except ValueError as err:
+            if "parameter group" not in str(err):
+                raise
+            logger.warning(
+                "%s: the optimizer state does not fit this model (%s); restoring the weights "
+                "only, with fresh optimizer state",
+                checkpoint,
+                err,
+            )
+    algo.restore_from_path(str(path / MODULE_COMPONENT), component=MODULE_COMPONENT)
+    if (path / "env_runner").is_dir() and algo.env_runner is not None:
+        algo.env_runner.restore_from_path(str(path / "env_runner"))
+    if not acting_only:  # the Algorithm's own counters: iteration, lifetime metrics
+        import pickle
+
+        with open(path / "algorithm_state.pkl", "rb") as f:
+            algo.set_state(pickle.load(f))
+    sync_env_runner_weights(algo)
 
 
 def sync_env_runner_weights(algo: Any) -> None:

@@ -63,3 +63,18 @@ def test_old_run_evaluates_through_the_cli(tmp_path: Path, run: str) -> None:
     proc = memrl_cli("eval", str(copy), "--episodes", "2", "--output", str(out))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "2 episodes" in proc.stdout and out.is_file()
+
+
+@pytest.mark.slow
+def test_old_memo_run_resumes_training_with_fresh_optimizer_state(tmp_path: Path) -> None:
+    copy = tmp_path / "memo_v0_1"
+    shutil.copytree(FIXTURES / "memo_v0_1", copy)
+    proc = memrl_cli(
+        "train", str(copy / "config.yaml"), "--output", str(copy), "--resume", "--stop-iters", "2"
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "optimizer state does not fit this model" in proc.stdout + proc.stderr
+    import pandas as pd
+
+    rows = pd.read_parquet(copy / "metrics.parquet")
+    assert rows["training_iteration"].tolist() == [1, 2]

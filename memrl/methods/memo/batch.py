@@ -7,9 +7,11 @@ trial trained over several iterations gets the paper's partial updates (the loss
 the context and gradients through every summary since the trial began), and a whole trial sampled
 at once is one row.
 
-Values for GAE come from one no-grad forward over the rows at the fixed segment length; the last
-observation of a chunk gives the bootstrap value unless the trial terminated there. Advantages are
-standardized over the loss steps, as RLlib's GeneralAdvantageEstimation does.
+Values for GAE come from one no-grad forward over the rows with the segment length each chunk was
+acted with (``memo_seg_len``); the last observation of a chunk gives the
+bootstrap value unless the trial terminated there. Advantages are standardized over the loss
+steps, as RLlib's GeneralAdvantageEstimation does. The value targets then update the critic's
+value normalization (``PopArtHead.update``) before the loss uses them.
 
 With a frozen image encoder (``module.visual``), the features the env runner computed for each
 step are in the episode as the extra model output ``memo_frozen_features`` (lookback included);
@@ -29,7 +31,7 @@ from ray.rllib.core.columns import Columns
 from ray.rllib.core.rl_module.multi_rl_module import MultiRLModule
 from ray.rllib.evaluation.postprocessing import Postprocessing
 
-from memrl.methods.memo.columns import MEMO_FROZEN_FEATURES
+from memrl.methods.memo.columns import MEMO_FROZEN_FEATURES, MEMO_SEG_LEN
 
 
 class MemoTrialBatch(ConnectorV2):
@@ -59,6 +61,7 @@ class MemoTrialBatch(ConnectorV2):
         **kwargs: Any,
     ) -> Any:
         module = rl_module[DEFAULT_MODULE_ID] if isinstance(rl_module, MultiRLModule) else rl_module
+        module = module.unwrapped() if hasattr(module, "unwrapped") else module  # DDP wrapper
         episodes = [e for e in episodes if len(e) > 0]
         rows = [trial_row(e) for e in episodes]
         if not rows:
@@ -86,11 +89,15 @@ class MemoTrialBatch(ConnectorV2):
             frozen = np.zeros((B, T, visual.features), np.float32)
             for i, r in enumerate(rows):
                 frozen[i, : len(r["obs"])] = frozen_features(module, r["obs"], r["frozen"])
-        columns = {Columns.OBS: torch.from_numpy(obs).to(device)}
+        seg = np.array([r["seg"] or module.memo_cfg.l_seg for r in rows], np.int64)
+        columns = {
+            Columns.OBS: torch.from_numpy(obs).to(device),
+            MEMO_SEG_LEN: torch.from_numpy(seg).to(device),
+        }
         if frozen is not None:
             columns[MEMO_FROZEN_FEATURES] = torch.from_numpy(frozen).to(device)
         with torch.no_grad():
-            values = module.compute_values(columns, fixed_segments=True).cpu().numpy()  # (B, T)
+            values = module.compute_values(columns).cpu().numpy()  # (B, T)
         adv = np.zeros((B, T), np.float32)
         targets = np.zeros((B, T), np.float32)
         for i, r in enumerate(rows):
@@ -103,6 +110,7 @@ class MemoTrialBatch(ConnectorV2):
             targets[i, t0 : t0 + n] = a + v[:-1]
         sel = adv[mask]
         adv[mask] = (sel - sel.mean()) / max(float(sel.std()), 1e-4)
+        module.vf.update(torch.from_numpy(targets[mask]).to(device))
         data = {
             Columns.OBS: obs,
             Columns.ACTIONS: actions,
@@ -111,6 +119,7 @@ class MemoTrialBatch(ConnectorV2):
             Columns.LOSS_MASK: mask,
             Postprocessing.ADVANTAGES: adv,
             Postprocessing.VALUE_TARGETS: targets,
+            MEMO_SEG_LEN: seg,
         }
         if frozen is not None:
             data[MEMO_FROZEN_FEATURES] = frozen
@@ -138,8 +147,15 @@ def trial_row(episode: Any) -> dict[str, Any]:
         buf = episode.extra_model_outputs[MEMO_FROZEN_FEATURES]
         if buf.lookback >= t0:
             frozen = np.asarray(buf.data, dtype=np.float32)[buf.lookback - t0 :]  # (t0 + len, F)
+    seg = None
+    if MEMO_SEG_LEN in episode.extra_model_outputs:
+        used = np.unique(np.asarray(episode.get_extra_model_outputs(MEMO_SEG_LEN)))
+        if len(used) > 1:
+            raise ValueError(f"one sampled Memo chunk was acted with segment lengths {used}")
+        seg = int(used[0]) if len(used) else None
     return {
         "t0": t0,
+        "seg": seg,
         "obs": all_obs[lookback - t0 :],  # (t0 + len + 1, obs_dim)
         "frozen": frozen,
         "actions": np.asarray(episode.get_actions()),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 
@@ -15,20 +16,24 @@ class MemoCache:
     env row, already rotated by RoPE:
 
     - memo/rmt: ``[summaries | current segment]``: the K/V of the ``n_sum[b]`` summary tokens kept,
-      then those of the ``seg_len[b]`` steps of the current segment. A step's token goes to index
-      ``n_sum + seg_len``, which is also its RoPE position, and attends to the prefix up to it.
-      ``sum_x`` (B, C', d) keeps the summaries' input vectors (to re-encode them on eviction).
+      then those of the ``seg_len[b]`` steps of the current segment (segments of ``l_seg`` steps).
+      A step's token goes to index ``n_sum + seg_len``, which is also its RoPE position, and
+      attends to the prefix up to it. ``sum_x`` (B, C', d) keeps the summaries' input vectors (to
+      re-encode them on eviction).
     - fct: ``kv`` holds the steps seen, ``t`` (B,) counts them; with ``fct_window`` it is a ring
       buffer of that many steps (step s at index ``s % fct_window``).
 
     C is capacity: the buffers grow (doubling) when a step needs more; what an env holds is given
-    by its counters, not by C.
+    by its counters, not by C. The counters are host (numpy int64) arrays, so a step decides what
+    to do (lockstep or not, which segments end) without reading back from the device: no
+    synchronisation per step on a GPU.
     """
 
-    kv: torch.Tensor | None = None
-    t: torch.Tensor | None = None
-    n_sum: torch.Tensor | None = None
-    seg_len: torch.Tensor | None = None
+    kv: torch.Tensor
+    l_seg: int = 0
+    t: np.ndarray | None = None
+    n_sum: np.ndarray | None = None
+    seg_len: np.ndarray | None = None
     sum_x: torch.Tensor | None = None
 
     @property
@@ -49,7 +54,7 @@ class MemoCache:
         """
         nl, two, B, H, C, hd = self.kv.shape
         S = int(self.seg_len.max()) if B else 0
-        idx = self.n_sum[:, None] + torch.arange(S, device=self.kv.device)
+        idx = torch.as_tensor(self.n_sum[:, None] + np.arange(S), device=self.kv.device)
         idx = idx.clamp(max=C - 1)[None, None, :, None, :, None].expand(nl, two, B, H, S, hd)
         return self.kv.gather(4, idx)
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -34,41 +35,49 @@ class MemoCacheKeeper:
         self.net = net
         self.cache: MemoCache | None = None
         self.inputs: torch.Tensor | None = None  # (B, capacity, in_dim) the encoder's inputs
-        self.lengths: torch.Tensor | None = None  # (B,) steps stored per slot
+        self.lengths: np.ndarray | None = None  # (B,) steps stored per slot (host)
 
     @torch.no_grad()
-    def step(self, obs: torch.Tensor, trial_t: torch.Tensor) -> torch.Tensor:
+    def step(
+        self, obs: torch.Tensor, trial_t: torch.Tensor | np.ndarray, seg_len: int | None = None
+    ) -> torch.Tensor:
         """Features of one step for every slot.
 
         Args:
             obs: (B, in_dim) the slots' current encoder inputs (observations, or frozen image
                 features + the other observation parts); stored for the KV refresh.
             trial_t: (B,) the step index of each observation within its trial.
+            seg_len: the segment length to step with (default l_seg); when it differs from the
+                caches', ongoing trials are rebuilt with it first (as a refresh would).
 
         Returns:
             (B, d_model) features.
         """
         B = obs.shape[0]
-        trial_t = trial_t.to(torch.long).reshape(B)
+        if isinstance(trial_t, torch.Tensor):
+            trial_t = trial_t.cpu().numpy()
+        trial_t = np.asarray(trial_t, np.int64).reshape(B)
+        seg_len = seg_len or self.net.cfg.l_seg
         if self.cache is None or self.cache.batch_size != B:
-            if self.cache is not None and bool((trial_t != 0).any()):
+            if self.cache is not None and (trial_t != 0).any():
                 raise RuntimeError(
                     f"Memo: the env runner's batch changed from "
                     f"{self.cache.batch_size} to {B} rows mid-trial"
                 )
-            self.cache = self.net.init_cache(B)
+            self.cache = self.net.init_cache(B, seg_len)
             self.inputs = obs.new_zeros(B, 64, obs.shape[1])
-            self.lengths = torch.zeros(B, dtype=torch.long, device=obs.device)
-        new = (trial_t == 0).nonzero().flatten()
-        if new.numel():
+            self.lengths = np.zeros(B, np.int64)
+        elif self.cache.l_seg and self.cache.l_seg != seg_len:
+            self.refresh(seg_len)
+        new = np.flatnonzero(trial_t == 0)
+        if len(new):
             self.net.reset_cache(self.cache, new)
             self.lengths[new] = 0
-        if not torch.equal(self.lengths, trial_t):
-            bad = (self.lengths != trial_t).nonzero().flatten().tolist()
+        if not np.array_equal(self.lengths, trial_t):
+            bad = np.flatnonzero(self.lengths != trial_t).tolist()
             raise RuntimeError(
                 f"Memo: cache out of step with the trials in slots {bad}: cached "
-                f"{self.lengths[bad].tolist()} steps, trials at "
-                f"{trial_t[bad].tolist()}"
+                f"{self.lengths[bad].tolist()} steps, trials at {trial_t[bad].tolist()}"
             )
         need = int(self.lengths.max()) + 1
         if need > self.inputs.shape[1]:
@@ -76,21 +85,31 @@ class MemoCacheKeeper:
                 B, max(need, 2 * self.inputs.shape[1]) - self.inputs.shape[1], self.inputs.shape[2]
             )
             self.inputs = torch.cat([self.inputs, grow], dim=1)
-        self.inputs[torch.arange(B, device=obs.device), self.lengths] = obs
+        if self.lengths.min() == self.lengths.max():  # lockstep: one slice, no index tensors
+            self.inputs[:, int(self.lengths[0])] = obs
+        else:
+            rows = torch.arange(B, device=obs.device)
+            self.inputs[rows, torch.as_tensor(self.lengths, device=obs.device)] = obs
         self.lengths += 1
         features, self.cache = self.net.step(self.encoder(obs), self.cache)
         return features
 
     @torch.no_grad()
-    def refresh(self) -> None:
-        """Recomputes every ongoing trial's cache from its stored inputs with current weights."""
+    def refresh(self, seg_len: int | None = None) -> None:
+        """Recomputes every ongoing trial's cache from its stored inputs with current weights
+        (and ``seg_len``, default: the caches' own segment length)."""
         if self.cache is None:
             return
-        for row in range(self.cache.batch_size):
-            n = int(self.lengths[row])
-            if n == 0:
-                continue
-            tokens = self.encoder(self.inputs[row : row + 1, :n])  # (1, n, d)
-            fresh = self.net.prefill(tokens)
-            self.net.copy_cache_row(fresh, 0, self.cache, row)
+        seg_len = seg_len or self.cache.l_seg or None
+        if self.net.cfg.mode != "fct" and seg_len != self.cache.l_seg:
+            self.cache = self.net.init_cache(self.cache.batch_size, seg_len)
+        self.net.reset_cache(self.cache, np.flatnonzero(self.lengths == 0))
+        # Slots at the same step (all of them, when trials run in lockstep) share one prefill.
+        for n in np.unique(self.lengths[self.lengths > 0]):
+            rows = np.flatnonzero(self.lengths == n)
+            index = torch.as_tensor(rows, device=self.inputs.device)
+            tokens = self.encoder(self.inputs[index, : int(n)])  # (E, n, d)
+            fresh = self.net.prefill(tokens, seg_len)
+            for i, row in enumerate(rows):
+                self.net.copy_cache_row(fresh, i, self.cache, int(row))
         logger.debug("Memo KV refresh of %d slots", self.cache.batch_size)

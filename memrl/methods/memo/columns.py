@@ -6,3 +6,10 @@ MEMO_TRIAL_T = "memo_trial_t"
 MEMO_FROZEN_FEATURES = "memo_frozen_features"
 """Extra model output / learner column: a frozen image encoder's features of each step's
 observation (MemoRLModule with ``image_slice``), computed once on the env runner."""
+
+MEMO_SEG_LEN = "memo_seg_len"
+"""Extra model output / learner column: the segment length a step was acted with (randomized per
+weight sync with ``seg_randomization``); the learner's loss pass uses the same one."""
+
+VF_PREDS = "memo_vf_preds"
+"""Forward-train output: the critic's values (B, T) in its normalized units."""

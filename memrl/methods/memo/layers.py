@@ -5,6 +5,7 @@ and gated-MLP parameters, masks. ``MemoTransformer`` (network.py) applies them.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -93,32 +94,48 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     return torch.addcmul(x * cos, swapped, sin)
 
 
+def _fuse_old_keys(old: tuple[str, ...], new: str) -> Any:
+    """A load_state_dict pre-hook that concatenates the weights of separate projections saved by
+    memrl 0.1 (``old``, in order) into the fused ``new`` weight."""
+
+    def hook(state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
+        keys = [f"{prefix}{name}.weight" for name in old]
+        if all(k in state_dict for k in keys):
+            state_dict[f"{prefix}{new}.weight"] = torch.cat([state_dict.pop(k) for k in keys])
+
+    return hook
+
+
 class Attention(nn.Module):
-    """Bias-free q/k/v/o projections of one layer (applied by ``MemoTransformer._layers``)."""
+    """Bias-free projections of one layer: q, k and v fused into one (3d, d) weight, then o.
+
+    (Applied by ``MemoTransformer._layers``.) Weights saved with separate q/k/v projections
+    load into the fused one.
+    """
 
     def __init__(self, cfg: MemoConfig) -> None:
         super().__init__()
         d = cfg.d_model
-        self.q_proj = nn.Linear(d, d, bias=False)
-        self.k_proj = nn.Linear(d, d, bias=False)
-        self.v_proj = nn.Linear(d, d, bias=False)
+        self.qkv = nn.Linear(d, 3 * d, bias=False)
         self.o_proj = nn.Linear(d, d, bias=False)
+        self._register_load_state_dict_pre_hook(
+            _fuse_old_keys(("q_proj", "k_proj", "v_proj"), "qkv")
+        )
 
 
 class GatedMLP(nn.Module):
-    """down(gelu(gate(x)) * up(x))."""
+    """down(gelu(gate(x)) * up(x)), with gate and up fused into one (2h, d) weight."""
 
     def __init__(self, cfg: MemoConfig) -> None:
         super().__init__()
-        hidden = cfg.d_mlp or 4 * cfg.d_model
-        self.gate = nn.Linear(cfg.d_model, hidden, bias=False)
-        self.up = nn.Linear(cfg.d_model, hidden, bias=False)
-        self.down = nn.Linear(hidden, cfg.d_model, bias=False)
+        self.hidden = cfg.d_mlp or 4 * cfg.d_model
+        self.gate_up = nn.Linear(cfg.d_model, 2 * self.hidden, bias=False)
+        self.down = nn.Linear(self.hidden, cfg.d_model, bias=False)
+        self._register_load_state_dict_pre_hook(_fuse_old_keys(("gate", "up"), "gate_up"))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(
-            F.gelu(F.linear(x, self.gate.weight)) * F.linear(x, self.up.weight), self.down.weight
-        )
+        gate, up = F.linear(x, self.gate_up.weight).chunk(2, dim=-1)
+        return F.linear(F.gelu(gate) * up, self.down.weight)
 
 
 class Block(nn.Module):

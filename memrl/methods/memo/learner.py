@@ -1,27 +1,53 @@
-"""PPO learner for Memo: minibatches of whole-trial rows instead of shuffled single steps.
+"""PPO learner for Memo: minibatches of whole-trial rows, a normalized critic, and diagnostics.
 
 RLlib's MiniBatchCyclicIterator slices a batch by timesteps (or by max_seq_len sequences for
-stateful modules). Memo's rows are trials from their first step (see memo_batch.py), which must stay
+stateful modules). Memo's rows are trials from their first step (see batch.py), which must stay
 whole. This learner shuffles rows every epoch and packs them into minibatches of about
-``minibatch_size`` loss steps, each trimmed to its longest row. The loss is RLlib's PPO loss
-(PPOTorchLearner.compute_loss_for_module), masked by LOSS_MASK. One learner only (with several,
-their minibatch counts could differ and DDP would wait forever).
+``minibatch_size`` loss steps, each trimmed to its longest row. With several learners (DDP) every
+learner makes the same number of minibatches (the smallest any of them can fill), so none waits
+for a gradient all-reduce that never comes.
+
+The loss is PPO's clipped surrogate, masked by LOSS_MASK, with the value loss in the critic's
+normalized units (``PopArtHead``): ``pg_loss + vf_loss_coeff * min(vf_err^2, vf_clip_param) -
+entropy_coeff * entropy`` (+ the adaptive KL term with ``use_kl_loss``). Logged per update, next to
+RLlib's PPO keys:
+
+- ``vf_explained_var`` over every loss step (RLlib's own helper reads only dim 0 of a (B, T)
+  batch, i.e. trial step 0), and ``vf_ev_q1`` .. ``vf_ev_q4`` by quarter of the trial;
+- ``ratio_dev_pre_update`` / ``clip_frac_pre_update``: max |ratio - 1| and the clipped fraction on
+  the first minibatch, before any gradient step (0 when acting and learning compute the same);
+- ``trunk_grad_norm_pi`` / ``trunk_grad_norm_vf``: the policy and value terms' gradient norms on
+  the shared trunk (encoder + transformer), first minibatch, one learner only;
+- ``clip_frac``, ``approx_kl``, ``value_mean``, ``target_mean``, ``value_norm_std``.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import torch
+import torch.distributed as dist
+from ray.rllib.algorithms.ppo.ppo import (
+    LEARNER_RESULTS_KL_KEY,
+    LEARNER_RESULTS_VF_EXPLAINED_VAR_KEY,
+    LEARNER_RESULTS_VF_LOSS_UNCLIPPED_KEY,
+)
 from ray.rllib.algorithms.ppo.torch.ppo_torch_learner import PPOTorchLearner
 from ray.rllib.core.columns import Columns
+from ray.rllib.core.learner.learner import ENTROPY_KEY, POLICY_LOSS_KEY, VF_LOSS_KEY
+from ray.rllib.evaluation.postprocessing import Postprocessing
 from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
+
+from memrl.methods.memo.columns import VF_PREDS
 
 
 class MemoPPOLearner(PPOTorchLearner):
-    """PPOTorchLearner whose minibatches are whole (B, T) trial rows."""
+    """PPOTorchLearner whose minibatches are whole (B, T) trial rows; see the module docstring."""
+
+    _memo_first_minibatch = False
 
     def _create_iterator_if_necessary(
         self,
@@ -47,6 +73,7 @@ class MemoPPOLearner(PPOTorchLearner):
             rl_module=self.module, batch={}, episodes=episodes, shared_data={}, metrics=self.metrics
         )
         env_steps = sum(len(e) for e in episodes)
+        self._memo_first_minibatch = True
         return list(
             row_minibatches(
                 batch,
@@ -54,8 +81,100 @@ class MemoPPOLearner(PPOTorchLearner):
                 num_epochs,
                 env_steps,
                 seed=int(self._weights_seq_no),
+                same_count=_distributed(),
             )
         )
+
+    def compute_loss_for_module(
+        self, *, module_id: str, config: Any, batch: dict[str, Any], fwd_out: dict[str, Any]
+    ) -> torch.Tensor:
+        module = self.module[module_id].unwrapped()
+        mask = batch[Columns.LOSS_MASK]
+        steps = mask.sum().clamp(min=1)
+
+        def masked_mean(x: torch.Tensor) -> torch.Tensor:
+            return (x * mask).sum() / steps
+
+        dist_cls = module.get_train_action_dist_cls()
+        curr = dist_cls.from_logits(fwd_out[Columns.ACTION_DIST_INPUTS])
+        logp = curr.logp(batch[Columns.ACTIONS])
+        ratio = torch.exp(logp - batch[Columns.ACTION_LOGP])
+        adv = batch[Postprocessing.ADVANTAGES]
+        clip = config.clip_param
+        pg_loss = -torch.min(adv * ratio, adv * ratio.clamp(1 - clip, 1 + clip))
+        v_norm = fwd_out[VF_PREDS]
+        targets = batch[Postprocessing.VALUE_TARGETS]
+        vf_err = (v_norm - module.vf.normalize(targets)) ** 2
+        vf_loss = vf_err.clamp(max=config.vf_clip_param)
+        entropy = curr.entropy()
+        ent_coeff = self.entropy_coeff_schedulers_per_module[module_id].get_current_value()
+        total = masked_mean(pg_loss + config.vf_loss_coeff * vf_loss - ent_coeff * entropy)
+        if config.use_kl_loss:
+            prev = module.get_exploration_action_dist_cls().from_logits(
+                batch[Columns.ACTION_DIST_INPUTS]
+            )
+            kl = masked_mean(prev.kl(curr))
+            total = total + self.curr_kl_coeffs_per_module[module_id] * kl
+        else:
+            kl = torch.zeros((), device=total.device)
+
+        with torch.no_grad():
+            values = module.vf.denormalize(v_norm)
+            dev = (ratio - 1).abs()
+            stats = {
+                POLICY_LOSS_KEY: masked_mean(pg_loss),
+                VF_LOSS_KEY: masked_mean(vf_loss),
+                LEARNER_RESULTS_VF_LOSS_UNCLIPPED_KEY: masked_mean(vf_err),
+                ENTROPY_KEY: masked_mean(entropy),
+                LEARNER_RESULTS_KL_KEY: kl,
+                "clip_frac": masked_mean((dev > clip).float()),
+                "approx_kl": masked_mean((ratio - 1) - (logp - batch[Columns.ACTION_LOGP])),
+                "value_mean": masked_mean(values),
+                "target_mean": masked_mean(targets),
+                "value_norm_std": module.vf.stats()[1],
+                LEARNER_RESULTS_VF_EXPLAINED_VAR_KEY: explained_variance(targets, values, mask),
+            }
+            T = mask.shape[1]
+            for q in range(4):
+                part = torch.zeros_like(mask)
+                part[:, q * T // 4 : (q + 1) * T // 4] = True
+                stats[f"vf_ev_q{q + 1}"] = explained_variance(targets, values, mask & part)
+        if self._memo_first_minibatch:
+            self._memo_first_minibatch = False
+            stats["ratio_dev_pre_update"] = (dev * mask).max().detach()
+            stats["clip_frac_pre_update"] = stats["clip_frac"]
+            if module.critic == "shared" and not _distributed():
+                trunk = [*module.encoder.parameters(), *module.net.parameters()]
+                stats["trunk_grad_norm_pi"] = _grad_norm(masked_mean(pg_loss), trunk)
+                stats["trunk_grad_norm_vf"] = _grad_norm(
+                    config.vf_loss_coeff * masked_mean(vf_loss), trunk
+                )
+        self.metrics.log_dict(
+            {k: v.detach() if isinstance(v, torch.Tensor) else v for k, v in stats.items()},
+            key=module_id,
+            window=1,
+        )
+        return total
+
+
+def explained_variance(
+    targets: torch.Tensor, preds: torch.Tensor, mask: torch.Tensor
+) -> torch.Tensor:
+    """1 - Var(targets - preds) / Var(targets) over the masked entries (nan if fewer than 2)."""
+    y, e = targets[mask], (targets - preds)[mask]
+    if y.numel() < 2:
+        return torch.tensor(math.nan, device=targets.device)
+    var = y.var()
+    return torch.where(var > 0, 1 - e.var() / var, torch.nan)
+
+
+def _grad_norm(loss: torch.Tensor, params: list[torch.Tensor]) -> torch.Tensor:
+    grads = torch.autograd.grad(loss, params, retain_graph=True, allow_unused=True)
+    return torch.sqrt(sum((g.detach() ** 2).sum() for g in grads if g is not None))
+
+
+def _distributed() -> bool:
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 
 def _flatten(episodes: Any) -> list[Any]:
@@ -71,24 +190,31 @@ def row_minibatches(
     num_epochs: int,
     env_steps: int,
     seed: int = 0,
+    same_count: bool = False,
 ) -> Iterator[MultiAgentBatch]:
-    """Yields MultiAgentBatches of whole rows with about ``minibatch_size`` loss steps each."""
+    """Yields MultiAgentBatches of whole rows with about ``minibatch_size`` loss steps each.
+
+    ``same_count``: every learner of a torch.distributed group yields the same number of
+    minibatches per epoch (the fewest any learner can fill, at least one row each).
+    """
     rng = np.random.default_rng(seed)
-    for _ in range(num_epochs):
-        for mid, data in batch.items():
-            mask = data[Columns.LOSS_MASK]
-            steps = mask.sum(dim=1).cpu().numpy()
+    for mid, data in batch.items():
+        steps = data[Columns.LOSS_MASK].sum(dim=1).cpu().numpy()
+        count = max(1, math.ceil(steps.sum() / max(minibatch_size, 1)))
+        count = min(count, len(steps))
+        if same_count:
+            shared = torch.tensor([count], dtype=torch.long)
+            dist.all_reduce(shared, op=dist.ReduceOp.MIN)
+            count = int(shared)
+        for _ in range(num_epochs):
             order = rng.permutation(len(steps))
-            group: list[int] = []
-            count = 0
-            for i in order:
-                group.append(int(i))
-                count += int(steps[i])
-                if count >= minibatch_size:
-                    yield _rows(mid, data, group, env_steps)
-                    group, count = [], 0
-            if group:
-                yield _rows(mid, data, group, env_steps)
+            for group in _split(order, count):
+                yield _rows(mid, data, group.tolist(), env_steps)
+
+
+def _split(order: np.ndarray, count: int) -> list[np.ndarray]:
+    """``order`` cut into ``count`` consecutive groups of (nearly) equal numbers of rows."""
+    return [group for group in np.array_split(order, count) if len(group)]
 
 
 def _rows(
@@ -99,5 +225,5 @@ def _rows(
     # Rows keep their first steps (the context); trim only the shared padding at the end.
     seen = mask.any(dim=0).nonzero()
     t_end = int(seen.max()) + 1 if len(seen) else mask.shape[1]
-    sub = {k: v[index][:, :t_end] for k, v in data.items()}
+    sub = {k: v[index] if v.dim() == 1 else v[index][:, :t_end] for k, v in data.items()}
     return MultiAgentBatch({mid: SampleBatch(sub)}, env_steps)

@@ -33,6 +33,7 @@ vectorized (no Python loop over envs).
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -69,10 +70,10 @@ class MemoTransformer(nn.Module):
             nn.init.normal_(m.weight, std=0.02)
 
     # ------------------------------------------------------------------ core
-    def _rope(self, start: int | torch.Tensor, length: int, upto: int) -> tuple:
+    def _rope(self, start: int | np.ndarray, length: int, upto: int) -> tuple:
         """RoPE factors (1|E, length, 1, 1, hd) at positions ``start + [0, length)``.
 
-        ``start`` is an int or per row (E,); ``upto`` bounds the positions (table size).
+        ``start`` is an int or per row (E,) (host array); ``upto`` bounds the positions.
         """
         inv = self.inv_freq
         table = self._rope_cos
@@ -91,29 +92,31 @@ class MemoTransformer(nn.Module):
             cos = self._rope_cos[start : start + length]
             sin = self._rope_sin[start : start + length]
             return cos[None, :, None, None], sin[None, :, None, None]
-        idx = start[:, None] + torch.arange(length, device=start.device)  # (E, L)
+        first = torch.as_tensor(start, device=inv.device)
+        idx = first[:, None] + torch.arange(length, device=inv.device)  # (E, L)
         return self._rope_cos[idx][:, :, None, None], self._rope_sin[idx][:, :, None, None]
 
     def _where(
         self,
-        start: int | torch.Tensor,
+        start: int | np.ndarray,
         length: int,
         keys: int,
         batch: int,
-        rows: torch.Tensor | None = None,
+        rows: np.ndarray | None = None,
         mask: torch.Tensor | None = None,
     ) -> WritePlan:
         """A write plan for ``length`` new tokens per row (rows: sorted cache rows or None)."""
-        if rows is not None and rows.numel() == batch:
+        if rows is not None and len(rows) == batch:
             rows = None  # every row, in order
         if rows is None and isinstance(start, int):
             return WritePlan(start, keys, None, mask)
         dev = self.inv_freq.device
-        r = rows if rows is not None else torch.arange(batch, device=dev)
-        if isinstance(start, int):
-            start = torch.full_like(r, start)
-        idx = start[:, None] + torch.arange(length, device=dev)
-        return WritePlan(start, keys, rows, mask, (r[:, None], idx))
+        r = torch.as_tensor(rows if rows is not None else np.arange(batch), device=dev)
+        first = torch.as_tensor(
+            np.full(len(r), start) if isinstance(start, int) else start, device=dev
+        )
+        idx = first[:, None] + torch.arange(length, device=dev)
+        return WritePlan(first, keys, None if rows is None else r, mask, (r[:, None], idx))
 
     def _layers(
         self,
@@ -146,10 +149,10 @@ class MemoTransformer(nn.Module):
                 continue
             attn, mlp = block.attn, block.mlp
             a = F.rms_norm(h, shape, block.attn_norm.weight, eps)
-            # q and k rotated together: (B, L, 2, H, hd).
-            qk = torch.stack((F.linear(a, attn.q_proj.weight), F.linear(a, attn.k_proj.weight)), 2)
-            q, k = rotate(qk.view(B, L, 2, H, hd), cos, sin).transpose(1, 3).unbind(2)
-            v = F.linear(a, attn.v_proj.weight).view(B, L, H, hd).transpose(1, 2)
+            qkv = F.linear(a, attn.qkv.weight).view(B, L, 3, H, hd)
+            # q and k rotated together: (B, L, 2, H, hd) -> (B, H, 2, L, hd) -> 2 x (B, H, L, hd).
+            q, k = rotate(qkv[:, :, :2], cos, sin).transpose(1, 3).unbind(2)
+            v = qkv[:, :, 2].transpose(1, 2)  # (B, H, L, hd)
             if where is None:
                 y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
             else:
@@ -157,10 +160,8 @@ class MemoTransformer(nn.Module):
                 y = attend(q, keys, values, where.mask)
             h = h + F.linear(y.transpose(1, 2).reshape(B, L, d), attn.o_proj.weight)
             m = F.rms_norm(h, shape, block.mlp_norm.weight, eps)
-            h = h + F.linear(
-                F.gelu(F.linear(m, mlp.gate.weight)) * F.linear(m, mlp.up.weight),
-                mlp.down.weight,
-            )
+            gate, up = F.linear(m, mlp.gate_up.weight).chunk(2, dim=-1)
+            h = h + F.linear(F.gelu(gate) * up, mlp.down.weight)
             if collect:
                 kvs.append((k, v))
         return F.rms_norm(h, shape, self.norm.weight, eps), kvs
@@ -223,21 +224,26 @@ class MemoTransformer(nn.Module):
         return torch.cat(outs, dim=1)
 
     # ------------------------------------------------------------ inference
-    def init_cache(self, batch_size: int) -> MemoCache:
-        """An empty cache for ``batch_size`` envs."""
+    def init_cache(self, batch_size: int, seg_len: int | None = None) -> MemoCache:
+        """An empty cache for ``batch_size`` envs; memo/rmt segments of ``seg_len`` steps
+        (default ``l_seg``)."""
         cfg = self.cfg
         p = self.slots.weight
-        long = dict(dtype=torch.long, device=p.device)
+        zeros = np.zeros(batch_size, np.int64)
         if cfg.mode == "fct":
             cap = cfg.fct_window or 64
-            return MemoCache(kv=self._kv_buffer(batch_size, cap), t=torch.zeros(batch_size, **long))
+            return MemoCache(kv=self._kv_buffer(batch_size, cap), t=zeros)
+        l_seg = seg_len or cfg.l_seg
+        if l_seg < 1:
+            raise ValueError(f"seg_len must be >= 1, got {l_seg}")
         cap = cfg.summary_cap
         c = cap * cfg.l_sum if cap is not None else 4 * cfg.l_sum
         return MemoCache(
-            kv=self._kv_buffer(batch_size, c + cfg.l_seg + cfg.l_sum),
+            kv=self._kv_buffer(batch_size, c + l_seg + cfg.l_sum),
+            l_seg=l_seg,
             sum_x=p.new_zeros(batch_size, c, cfg.d_model),
-            n_sum=torch.zeros(batch_size, **long),
-            seg_len=torch.zeros(batch_size, **long),
+            n_sum=zeros,
+            seg_len=zeros.copy(),
         )
 
     def _kv_buffer(self, batch_size: int, length: int) -> torch.Tensor:
@@ -261,7 +267,8 @@ class MemoTransformer(nn.Module):
 
         Each layer writes the new token's K/V into the cache, then attends once over the prefix
         of its row's buffer. When every env holds the same counts (lockstep, the usual case)
-        that is a slice and no mask; otherwise a (B, 1, 1, T) key mask.
+        that is a slice and no mask; otherwise a (B, 1, 1, T) key mask. The counters live on the
+        host, so nothing is read back from the device.
 
         Args:
             x: (B, d_model) the step tokens.
@@ -275,10 +282,10 @@ class MemoTransformer(nn.Module):
         fct = cfg.mode == "fct"
         w = cfg.fct_window
         # memo: the new token's buffer index is also its position (summaries, then the segment).
-        pos = cache.t if fct else cache.n_sum + cache.seg_len  # (B,)
-        lo, hi = (int(v) for v in torch.aminmax(pos))
+        pos = cache.t if fct else cache.n_sum + cache.seg_len  # (B,) host
+        lo, hi = int(pos.min()), int(pos.max())
         if not fct:
-            s_lo, s_hi = (int(v) for v in torch.aminmax(cache.seg_len))
+            s_lo, s_hi = int(cache.seg_len.min()), int(cache.seg_len.max())
             need = hi + 1 + cfg.l_sum  # room for the summary slots at a segment end
         else:
             need = hi + 1 if w is None else w
@@ -293,8 +300,9 @@ class MemoTransformer(nn.Module):
             slot, held = pos, pos + 1
             keys = hi + 1
             if fct and w is not None:
-                slot, held, keys = pos % w, held.clamp(max=w), min(keys, w)
-            mask = torch.arange(keys, device=x.device) < held[:, None]
+                slot, held, keys = pos % w, np.minimum(held, w), min(keys, w)
+            held_t = torch.as_tensor(held, device=x.device)
+            mask = torch.arange(keys, device=x.device) < held_t[:, None]
             where = self._where(slot, 1, keys, B, mask=mask[:, None, None, :])
             cos, sin = self._rope(pos, 1, hi + 1)
         h, _ = self._layers(x[:, None], cos, sin, kv=cache.kv, where=where)
@@ -302,7 +310,7 @@ class MemoTransformer(nn.Module):
             cache.t += 1
             return h[:, 0], cache
         cache.seg_len += 1
-        if s_hi == cfg.l_seg - 1:  # some segment is full
+        if s_hi == cache.l_seg - 1:  # some segment is full
             everyone = s_lo == s_hi
             self._write_summaries(cache, lo - s_lo if everyone and lo == hi else None)
         return h[:, 0], cache
@@ -316,18 +324,18 @@ class MemoTransformer(nn.Module):
         continuing after them, and those K/V replace the segment's.
         """
         cfg = self.cfg
-        Ls, Lg = cfg.l_sum, cfg.l_seg
+        Ls, Lg = cfg.l_sum, cache.l_seg
         B = cache.batch_size
         dev = cache.kv.device
         if n_lock is not None:
             envs, n, n_hi = None, n_lock, n_lock
         else:
-            envs = (cache.seg_len == Lg).nonzero().flatten()
-            n = cache.n_sum[envs]  # (E,)
+            envs = np.flatnonzero(cache.seg_len == Lg)
+            n = cache.n_sum[envs]  # (E,) host
             n_hi = int(n.max())
-            if envs.numel() == B:
+            if len(envs) == B:
                 envs = None
-        E = B if envs is None else envs.numel()
+        E = B if envs is None else len(envs)
         ar = torch.arange(Ls, device=dev)
         keys = n_hi + Lg + Ls
         slots = self.slots.weight[None].expand(E, -1, -1)
@@ -343,33 +351,36 @@ class MemoTransformer(nn.Module):
             else:
                 self._reencode_summaries(cache, summaries, None)
         else:
-            rows = envs if envs is not None else torch.arange(B, device=dev)
-            evict = n >= full if full is not None else torch.zeros_like(n, dtype=torch.bool)
-            kept = (~evict).nonzero().flatten()
-            if kept.numel():
-                self._append_summaries(cache, summaries[kept], rows[kept], n[kept])
-            dropped = evict.nonzero().flatten()
-            if dropped.numel():
-                self._reencode_summaries(cache, summaries[dropped], rows[dropped])
+            rows = envs if envs is not None else np.arange(B)
+            evict = n >= full if full is not None else np.zeros(len(n), bool)
+            kept = np.flatnonzero(~evict)
+            if len(kept):
+                pick = torch.as_tensor(kept, device=dev)
+                self._append_summaries(cache, summaries[pick], rows[kept], n[kept])
+            dropped = np.flatnonzero(evict)
+            if len(dropped):
+                pick = torch.as_tensor(dropped, device=dev)
+                self._reencode_summaries(cache, summaries[pick], rows[dropped])
         if envs is None:
-            cache.seg_len.zero_()
+            cache.seg_len[:] = 0
         else:
             cache.seg_len[envs] = 0
 
     @staticmethod
-    def _visible(first: int | torch.Tensor, keys: int, ar: torch.Tensor) -> torch.Tensor:
+    def _visible(first: int | np.ndarray, keys: int, ar: torch.Tensor) -> torch.Tensor:
         """Key mask of L new tokens at buffer indices first + ar: each sees the keys up to it."""
         j = torch.arange(keys, device=ar.device)
         if isinstance(first, int):
             return j[None] <= (first + ar)[:, None]  # (L, keys)
-        return (j[None, None] <= (first[:, None] + ar)[:, :, None])[:, None]  # (E, 1, L, keys)
+        first_t = torch.as_tensor(first, device=ar.device)
+        return (j[None, None] <= (first_t[:, None] + ar)[:, :, None])[:, None]  # (E, 1, L, keys)
 
     def _append_summaries(
         self,
         cache: MemoCache,
         summaries: torch.Tensor,
-        rows: torch.Tensor | None,
-        n: int | torch.Tensor,
+        rows: np.ndarray | None,
+        n: int | np.ndarray,
     ) -> None:
         """Appends a summary block after the n summaries the rows hold (rows None: all)."""
         Ls = self.cfg.l_sum
@@ -387,36 +398,37 @@ class MemoTransformer(nn.Module):
         else:
             r, idx = where.index
             cache.sum_x[r, idx] = summaries
-            cache.n_sum[r[:, 0]] += Ls
+            cache.n_sum[rows if rows is not None else slice(None)] += Ls
 
     def _reencode_summaries(
-        self, cache: MemoCache, summaries: torch.Tensor, rows: torch.Tensor | None
+        self, cache: MemoCache, summaries: torch.Tensor, rows: np.ndarray | None
     ) -> None:
         """Full memory: drops the oldest block, re-encodes the kept ones from position 0."""
         cfg = self.cfg
         Ls, total = cfg.l_sum, cfg.summary_cap * cfg.l_sum
-        old = cache.sum_x[:, Ls:total] if rows is None else cache.sum_x[rows, Ls:total]
+        r = None if rows is None else torch.as_tensor(rows, device=cache.kv.device)
+        old = cache.sum_x[:, Ls:total] if r is None else cache.sum_x[r, Ls:total]
         mem = torch.cat([old, summaries], dim=1)
         _, kvs = self._causal_run(mem, collect=True)
         new = torch.stack([torch.stack(kv) for kv in kvs])  # (nl, 2, E, H, total, hd)
-        if rows is None:
+        if r is None:
             cache.kv[..., :total, :] = new
             cache.sum_x[:, :total] = mem
         else:
-            cache.kv[:, :, rows, :, :total] = new
-            cache.sum_x[rows, :total] = mem
+            cache.kv[:, :, r, :, :total] = new
+            cache.sum_x[r, :total] = mem
 
     @torch.no_grad()
-    def prefill(self, x: torch.Tensor) -> MemoCache:
+    def prefill(self, x: torch.Tensor, seg_len: int | None = None) -> MemoCache:
         """The cache after stepping through x (B, T, d) from an empty cache, computed in chunks.
 
-        Equal (to float tolerance) to ``T`` calls of ``step``; used to rebuild caches under new
-        weights (KV refresh) without T sequential forwards.
+        Equal (to float tolerance) to ``T`` calls of ``step`` on ``init_cache(B, seg_len)``;
+        used to rebuild caches under new weights (KV refresh) without T sequential forwards.
         """
         cfg = self.cfg
         B, T, _ = x.shape
         dev = x.device
-        cache = self.init_cache(B)
+        cache = self.init_cache(B, seg_len)
         if cfg.mode == "fct":
             _, kvs = self._causal_run(x, collect=True)
             new = torch.stack([torch.stack(kv) for kv in kvs])  # (nl, 2, B, H, T, hd)
@@ -428,14 +440,15 @@ class MemoTransformer(nn.Module):
                 cache.kv[..., steps % cfg.fct_window, :] = new[..., steps, :]
             cache.t[:] = T
             return cache
+        Lg = cache.l_seg
         slots = self.slots.weight[None].expand(B, -1, -1)
         cap = cfg.summary_cap
         mem = x.new_zeros(B, 0, cfg.d_model)
-        full = (T // cfg.l_seg) * cfg.l_seg
-        for start in range(0, full, cfg.l_seg):
+        full = (T // Lg) * Lg
+        for start in range(0, full, Lg):
             n = mem.shape[1]
-            h, _ = self._causal_run(torch.cat([mem, x[:, start : start + cfg.l_seg], slots], 1))
-            mem = torch.cat([mem, h[:, n + cfg.l_seg :]], dim=1)
+            h, _ = self._causal_run(torch.cat([mem, x[:, start : start + Lg], slots], 1))
+            mem = torch.cat([mem, h[:, n + Lg :]], dim=1)
             if cap is not None:
                 mem = mem[:, -cap * cfg.l_sum :]
         n = mem.shape[1]
@@ -451,16 +464,19 @@ class MemoTransformer(nn.Module):
         return cache
 
     # -------------------------------------------------------- cache keeping
-    def reset_cache(self, cache: MemoCache, envs: torch.Tensor) -> None:
-        """Empties the cache rows of ``envs`` (long indices): their trials start anew."""
+    def reset_cache(self, cache: MemoCache, envs: np.ndarray | torch.Tensor) -> None:
+        """Empties the cache rows of ``envs`` (indices): their trials start anew."""
+        rows = envs.cpu().numpy() if isinstance(envs, torch.Tensor) else np.asarray(envs)
         if cache.t is not None:
-            cache.t[envs] = 0
+            cache.t[rows] = 0
         else:
-            cache.n_sum[envs] = 0
-            cache.seg_len[envs] = 0
+            cache.n_sum[rows] = 0
+            cache.seg_len[rows] = 0
 
     def copy_cache_row(self, src: MemoCache, src_row: int, dst: MemoCache, dst_row: int) -> None:
-        """Copies one env's cache from ``src`` into row ``dst_row`` of ``dst`` (growing it)."""
+        """Copies one env's cache from ``src`` into row ``dst_row`` of ``dst`` (growing it).
+
+        Both caches must use the same segment length."""
         if src.t is not None:
             t = int(src.t[src_row])
             length = min(t, src.kv.shape[4])
@@ -468,8 +484,10 @@ class MemoTransformer(nn.Module):
             dst.kv[:, :, dst_row, :, :length] = src.kv[:, :, src_row, :, :length]
             dst.t[dst_row] = t
             return
+        if src.l_seg != dst.l_seg:
+            raise ValueError(f"cannot copy a row of l_seg {src.l_seg} into a cache of {dst.l_seg}")
         n, s = int(src.n_sum[src_row]), int(src.seg_len[src_row])
-        dst.kv = self._grow(dst.kv, 4, n + s)
+        dst.kv = self._grow(dst.kv, 4, n + s + self.cfg.l_sum)
         dst.sum_x = self._grow(dst.sum_x, 1, n)
         dst.kv[:, :, dst_row, :, : n + s] = src.kv[:, :, src_row, :, : n + s]
         dst.sum_x[dst_row, :n] = src.sum_x[src_row, :n]
@@ -478,12 +496,11 @@ class MemoTransformer(nn.Module):
     def cache_tokens(self, cache: MemoCache) -> int:
         """Tokens held in the cache per env (the most over the batch's envs)."""
         if cache.t is not None:
-            held = (
-                cache.t if self.cfg.fct_window is None else cache.t.clamp(max=self.cfg.fct_window)
-            )
+            w = self.cfg.fct_window
+            held = cache.t if w is None else np.minimum(cache.t, w)
         else:
             held = cache.n_sum + cache.seg_len
-        return int(held.max()) if held.numel() else 0
+        return int(held.max()) if len(held) else 0
 
     def cache_bytes(self, cache: MemoCache) -> int:
         """Bytes of K/V held per env (the most over the batch's envs)."""

@@ -1,6 +1,9 @@
 """Memo as an RLlib RLModule (new API stack).
 
-MemoRLModule = observation encoder (MLP) + MemoTransformer + linear actor and critic heads.
+MemoRLModule = observation encoder (MLP) + MemoTransformer + a linear actor head and a critic.
+The critic (``critic``) reads the policy trunk's features with gradients into it (``shared``),
+reads them without (``detached``), or has its own encoder and transformer (``separate``); its
+last layer is a ``PopArtHead`` (values learnt in normalized units, ``value_norm``).
 
 Data path (why it is not RLlib's stateful-module path): RLlib's stateful batching cuts episodes
 into ``max_seq_len`` rows that start from a STATE_OUT stored at every timestep, with no backprop
@@ -12,9 +15,15 @@ RLlib state (``get_initial_state`` is empty) and:
   (memrl/methods/memo/connectors.py) adds ``memo_trial_t``, each row's step within its trial.
   ``_forward_inference``/``_forward_exploration`` hand the rows to a ``MemoCacheKeeper``
   (memrl/methods/memo/cache_keeper.py) that this module owns on the env runner: one KV cache row per
-  vector-env slot, reset when a trial starts, plus the trial's per-step encoder inputs. Fixed l_seg.
+  vector-env slot, reset when a trial starts, plus the trial's per-step encoder inputs.
+- Segment lengths: with ``seg_randomization`` the env runner draws the segment length it acts
+  with (l_seg * [0.8, 1.2)) anew at each weight sync and records it with every step
+  (``memo_seg_len``); the learner's loss pass uses the recorded length of each row, so acting
+  and learning run the same computation (the PPO ratio is 1 before an update). Greedy acting
+  (``explore=False``) uses l_seg.
 - KV refresh: ``set_state`` (how an env runner receives new weights) loads the weights, then
-  rebuilds every ongoing trial's cache from its stored encoder inputs with them.
+  rebuilds every ongoing trial's cache from its stored encoder inputs with them (and the newly
+  drawn segment length).
 - Frozen image encoder (``image_slice``/``image_shape``, from ``model.image_obs``): the image
   part of each observation is encoded once, on the env runner, by a fixed FrozenImageEncoder.
   The keeper stores those features (not the image) for the refresh, and the module returns them
@@ -23,9 +32,8 @@ RLlib state (``get_initial_state`` is empty) and:
 - Training (learner): ``episode_lookback_horizon`` >= the trial length makes every sampled chunk
   carry its trial's earlier observations; ``MemoTrialBatch`` (batch.py) turns each chunk into one
   (T,) row from trial step 0 with the loss mask on the chunk's own steps (partial updates),
-  computes GAE, and ``MemoPPOLearner`` (learner.py) packs whole rows into minibatches.
-  ``_forward_train`` runs the segment loop over (B, T) with a segment length drawn once per
-  minibatch (+-20%, ``seg_randomization``).
+  computes GAE, and ``MemoPPOLearner`` (learner.py) packs whole rows of one segment length into
+  minibatches. ``_forward_train`` runs the segment loop over (B, T).
 """
 
 from __future__ import annotations
@@ -40,9 +48,10 @@ from ray.rllib.core.rl_module.torch.torch_rl_module import TorchRLModule
 from torch import nn
 
 from memrl.methods.memo.cache_keeper import MemoCacheKeeper
-from memrl.methods.memo.columns import MEMO_FROZEN_FEATURES, MEMO_TRIAL_T
+from memrl.methods.memo.columns import MEMO_FROZEN_FEATURES, MEMO_SEG_LEN, MEMO_TRIAL_T, VF_PREDS
 from memrl.methods.memo.frozen_encoder import FrozenImageEncoder
 from memrl.methods.memo.network import MemoConfig, MemoTransformer
+from memrl.methods.memo.value_head import PopArtHead
 
 NET_KEYS = (
     "d_model",
@@ -56,13 +65,26 @@ NET_KEYS = (
     "max_summaries",
     "layer_drop",
 )
+CRITICS = ("shared", "detached", "separate")
+
+
+def _mlp(width: int, hiddens: list[int], out: int | None) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for hidden in hiddens:
+        layers += [nn.Linear(width, hidden), nn.GELU()]
+        width = hidden
+    if out is not None:
+        layers.append(nn.Linear(width, out))
+    return nn.Sequential(*layers)
 
 
 class MemoRLModule(TorchRLModule, ValueFunctionAPI):
-    """Encoder + MemoTransformer + actor/critic heads; see the module docstring for the data path.
+    """Encoder + MemoTransformer + actor head + critic; see the module docstring for the data path.
 
     model_config keys: the MemoConfig fields, ``encoder_hiddens`` (list[int]),
-    ``seg_randomization`` (bool), and for a frozen image encoder ``image_slice`` ([start, stop)
+    ``seg_randomization`` (bool), ``seg_seed`` (int), ``critic`` (shared | detached | separate),
+    ``vf_hiddens`` (list[int]: the critic's MLP before its output layer), ``value_norm`` (bool),
+    ``value_norm_decay`` (float), and for a frozen image encoder ``image_slice`` ([start, stop)
     of the flat observation), ``image_shape`` ([H, W, C], row-major channels-last),
     ``image_channels``, ``image_features`` and ``image_seed`` (see FrozenImageEncoder).
     """
@@ -71,6 +93,9 @@ class MemoRLModule(TorchRLModule, ValueFunctionAPI):
         mc = dict(self.model_config or {})
         self.memo_cfg = MemoConfig(**{k: mc[k] for k in NET_KEYS if k in mc})
         self.seg_randomization = bool(mc.get("seg_randomization", True))
+        self.critic = str(mc.get("critic", "shared"))
+        if self.critic not in CRITICS:
+            raise ValueError(f"critic must be one of {list(CRITICS)}, got {self.critic!r}")
         obs_dim = int(self.observation_space.shape[0])
         self.visual: FrozenImageEncoder | None = None
         width = obs_dim
@@ -90,16 +115,24 @@ class MemoRLModule(TorchRLModule, ValueFunctionAPI):
                 )
             self._image = slice(start, stop)
             width = obs_dim - self.visual.in_dim + self.visual.features
-        layers: list[nn.Module] = []
-        for hidden in mc.get("encoder_hiddens", [64]):
-            layers += [nn.Linear(width, hidden), nn.GELU()]
-            width = hidden
-        layers.append(nn.Linear(width, self.memo_cfg.d_model))
-        self.encoder = nn.Sequential(*layers)
+        d = self.memo_cfg.d_model
+        hiddens = list(mc.get("encoder_hiddens", [64]))
+        self.encoder = _mlp(width, hiddens, d)
         self.net = MemoTransformer(self.memo_cfg)
-        self.pi = nn.Linear(self.memo_cfg.d_model, int(self.action_space.n))
-        self.vf = nn.Linear(self.memo_cfg.d_model, 1)
+        self.pi = nn.Linear(d, int(self.action_space.n))
+        if self.critic == "separate":
+            self.critic_encoder = _mlp(width, hiddens, d)
+            self.critic_net = MemoTransformer(self.memo_cfg)
+        vf_hiddens = list(mc.get("vf_hiddens", []))
+        self.vf_mlp = _mlp(d, vf_hiddens, None)
+        self.vf = PopArtHead(
+            vf_hiddens[-1] if vf_hiddens else d,
+            normalize=bool(mc.get("value_norm", False)),
+            decay=float(mc.get("value_norm_decay", 0.99)),
+        )
         self._keeper: MemoCacheKeeper | None = None
+        self._seg_rng = random.Random(int(mc.get("seg_seed", 0)))
+        self._acting_seg = self.draw_seg_len(self._seg_rng)
 
     def image_features(self, obs: torch.Tensor) -> torch.Tensor:
         """(..., obs_dim) observations -> (..., image_features) of the frozen image encoder."""
@@ -123,6 +156,12 @@ class MemoRLModule(TorchRLModule, ValueFunctionAPI):
         return torch.cat([frozen.float(), *rest], dim=-1)
 
     # ------------------------------------------------------------- acting
+    def draw_seg_len(self, rng: random.Random) -> int:
+        """A segment length to act and learn with: l_seg * (0.8 + 0.4 U) when randomized."""
+        if not self.seg_randomization or self.memo_cfg.mode == "fct":
+            return self.memo_cfg.l_seg
+        return max(1, int(self.memo_cfg.l_seg * (0.8 + 0.4 * rng.random())))
+
     @property
     def keeper(self) -> MemoCacheKeeper:
         """The env-runner-side caches (created on first use; never used by a learner)."""
@@ -130,7 +169,7 @@ class MemoRLModule(TorchRLModule, ValueFunctionAPI):
             self._keeper = MemoCacheKeeper(self.encoder, self.net)
         return self._keeper
 
-    def _forward(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+    def _act(self, batch: dict[str, Any], seg_len: int) -> dict[str, Any]:
         if MEMO_TRIAL_T not in batch:
             raise KeyError(
                 f"MemoRLModule needs the {MEMO_TRIAL_T!r} column to act; add "
@@ -138,62 +177,93 @@ class MemoRLModule(TorchRLModule, ValueFunctionAPI):
                 "pipeline (MemoModelSettings.apply does)"
             )
         inputs = self.memo_inputs(batch[Columns.OBS])  # (B, in_dim)
-        features = self.keeper.step(inputs, batch[MEMO_TRIAL_T])
-        out = {Columns.ACTION_DIST_INPUTS: self.pi(features)}
+        features = self.keeper.step(inputs, batch[MEMO_TRIAL_T], seg_len)
+        B = inputs.shape[0]
+        out = {
+            Columns.ACTION_DIST_INPUTS: self.pi(features),
+            # Kept in the episode (an extra model output): the loss pass uses the same length.
+            MEMO_SEG_LEN: torch.full((B,), seg_len, dtype=torch.long, device=inputs.device),
+        }
         if self.visual is not None:
             # Kept in the episode (an extra model output) so the learner reuses it.
             out[MEMO_FROZEN_FEATURES] = inputs[:, : self.visual.features]
         return out
 
     def _forward_inference(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-        return self._forward(batch, **kwargs)
+        return self._act(batch, self.memo_cfg.l_seg)
 
     def _forward_exploration(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-        return self._forward(batch, **kwargs)
+        return self._act(batch, self._acting_seg)
 
     def set_state(self, state: dict[str, Any]) -> None:
         super().set_state(state)
+        self._acting_seg = self.draw_seg_len(self._seg_rng)
         if self._keeper is not None:
-            self._keeper.refresh()
+            self._keeper.refresh(self._acting_seg)
 
     # ------------------------------------------------------------ training
-    def train_seg_len(self) -> int:
-        """Segment length of one loss pass: l_seg * (0.8 + 0.4 U) when randomized."""
-        if not self.seg_randomization or self.memo_cfg.mode == "fct":
-            return self.memo_cfg.l_seg
-        return max(1, int(self.memo_cfg.l_seg * (0.8 + 0.4 * random.random())))
-
     def features(
         self,
         obs: torch.Tensor,
-        seg_len: int | None = None,
+        seg_len: int | torch.Tensor | None = None,
         layer_drop: bool | None = None,
         frozen: torch.Tensor | None = None,
+        *,
+        critic: bool = False,
     ) -> torch.Tensor:
         """(B, T, obs_dim) whole trials from their first step -> (B, T, d_model).
 
-        ``frozen`` (B, T, image_features): the frozen image features of those steps when already
-        computed (the learner batch's ``memo_frozen_features``).
+        ``seg_len``: the segment length of every row, or one per row (B,) (rows are independent:
+        each group of equal length runs on its own); None: l_seg. ``frozen`` (B, T,
+        image_features): the frozen image features of those steps when already computed (the
+        learner batch's ``memo_frozen_features``). ``critic``: the separate critic's trunk.
         """
-        tokens = self.encoder(self.memo_inputs(obs, frozen))  # (B, T, d_model)
-        return self.net(tokens, seg_len=seg_len, layer_drop=layer_drop)
+        encoder = self.critic_encoder if critic else self.encoder
+        net = self.critic_net if critic else self.net
+        tokens = encoder(self.memo_inputs(obs, frozen))  # (B, T, d_model)
+        if not isinstance(seg_len, torch.Tensor):
+            return net(tokens, seg_len=seg_len, layer_drop=layer_drop)
+        lengths = seg_len.cpu()
+        if bool((lengths == lengths[0]).all()):
+            return net(tokens, seg_len=int(lengths[0]), layer_drop=layer_drop)
+        out = torch.zeros_like(tokens)
+        for length in lengths.unique().tolist():
+            rows = (lengths == length).nonzero().flatten().to(tokens.device)
+            out = out.index_copy(0, rows, net(tokens[rows], seg_len=length, layer_drop=layer_drop))
+        return out
+
+    def value_preds(
+        self,
+        batch: dict[str, Any],
+        policy_features: torch.Tensor | None,
+        layer_drop: bool | None = None,
+    ) -> torch.Tensor:
+        """The critic's values (B, T) in normalized units (``policy_features``: the policy
+        trunk's output for these rows, when the loss pass computed it already)."""
+        seg = batch.get(MEMO_SEG_LEN)
+        frozen = batch.get(MEMO_FROZEN_FEATURES)
+        if self.critic == "separate":
+            trunk = self.features(batch[Columns.OBS], seg, layer_drop, frozen, critic=True)
+        else:
+            if policy_features is None:
+                policy_features = self.features(batch[Columns.OBS], seg, layer_drop, frozen)
+            trunk = policy_features.detach() if self.critic == "detached" else policy_features
+        return self.vf(self.vf_mlp(trunk)).squeeze(-1)
 
     def _forward_train(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
         features = self.features(
-            batch[Columns.OBS], seg_len=self.train_seg_len(), frozen=batch.get(MEMO_FROZEN_FEATURES)
+            batch[Columns.OBS], batch.get(MEMO_SEG_LEN), frozen=batch.get(MEMO_FROZEN_FEATURES)
         )
-        return {Columns.ACTION_DIST_INPUTS: self.pi(features), Columns.EMBEDDINGS: features}
+        return {
+            Columns.ACTION_DIST_INPUTS: self.pi(features),
+            Columns.EMBEDDINGS: features,
+            VF_PREDS: self.value_preds(batch, features),
+        }
 
     def compute_values(
-        self, batch: dict[str, Any], embeddings: Any = None, fixed_segments: bool = False
+        self, batch: dict[str, Any], embeddings: Any = None, normalized: bool = False
     ) -> torch.Tensor:
-        """Values (B, T) of whole-trial rows (from the loss pass's features when given)."""
-        if embeddings is None:
-            seg = self.memo_cfg.l_seg if fixed_segments else self.train_seg_len()
-            embeddings = self.features(
-                batch[Columns.OBS],
-                seg_len=seg,
-                layer_drop=False if fixed_segments else None,
-                frozen=batch.get(MEMO_FROZEN_FEATURES),
-            )
-        return self.vf(embeddings).squeeze(-1)
+        """Values (B, T) of whole-trial rows, in return units (``normalized``: the critic's own
+        units), from the loss pass's policy features when given, without layer-drop otherwise."""
+        values = self.value_preds(batch, embeddings, layer_drop=False)
+        return values if normalized else self.vf.denormalize(values)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import asdict, dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from memrl.methods.memo.network import MODES, MemoConfig
 from memrl.methods.memo.rlmodule import NET_KEYS, MemoRLModule
@@ -22,7 +22,7 @@ from memrl.methods.memo.rlmodule import NET_KEYS, MemoRLModule
 
 @dataclass(frozen=True)
 class MemoModelSettings:
-    """Memo / FCT / RMT transformer policy (specs/memo.md), trained on whole trials with PPO."""
+    """Memo / FCT / RMT transformer policy, trained on whole trials with PPO (docs/memo.md)."""
 
     TAG_KEY: ClassVar[tuple[str, str]] = ("type", "memo")
 
@@ -45,7 +45,19 @@ class MemoModelSettings:
     max_summaries: int | None = None
     """memo only: summary blocks kept, oldest evicted first (streaming Memo; null: all)."""
     seg_randomization: bool = True
-    """Draw the loss passes' segment length in l_seg * [0.8, 1.2) once per minibatch."""
+    """Act and learn with a segment length drawn in l_seg * [0.8, 1.2) anew at every weight
+    sync (the same length in the loss pass as when acting; greedy evaluation uses l_seg)."""
+    critic: Literal["shared", "detached", "separate"] = "shared"
+    """The critic's trunk: the policy's features with gradients into them (shared), the same
+    features without (detached), or its own encoder and transformer (separate: twice the
+    learner's compute)."""
+    vf_hiddens: list[int] = field(default_factory=list)
+    """Hidden layers (GELU) of the critic's MLP between its trunk and its output."""
+    value_norm: bool = True
+    """Learn values in normalized units (PopArt: running mean and std of the value targets, the
+    output layer rescaled so de-normalized values never jump); metrics report return units."""
+    value_norm_decay: float = 0.99
+    """Decay per update of the value normalization's running moments."""
     layer_drop: float = 0.0
     """Probability of skipping a layer in loss passes (paper: 0.1)."""
     encoder_hiddens: list[int] = field(default_factory=lambda: [64])
@@ -84,6 +96,12 @@ class MemoModelSettings:
             )
         if self.image_features < 1:
             raise ValueError(f"{where}.image_features must be >= 1, got {self.image_features}")
+        if any(h < 1 for h in self.vf_hiddens):
+            raise ValueError(f"{where}.vf_hiddens must be positive, got {self.vf_hiddens}")
+        if not 0.0 <= self.value_norm_decay < 1.0:
+            raise ValueError(
+                f"{where}.value_norm_decay must be in [0, 1), got {self.value_norm_decay}"
+            )
         for name in ("max_trial_len", "partial_update_steps"):
             value = getattr(self, name)
             if value is not None and value < 1:
@@ -96,7 +114,13 @@ class MemoModelSettings:
         """The RLModule's model_config; ``exp`` (the experiment) resolves ``image_obs``."""
         out = {k: v for k, v in asdict(self).items() if k in NET_KEYS}
         out.update(
-            encoder_hiddens=list(self.encoder_hiddens), seg_randomization=self.seg_randomization
+            encoder_hiddens=list(self.encoder_hiddens),
+            seg_randomization=self.seg_randomization,
+            seg_seed=int(getattr(getattr(exp, "run", None), "seed", 0)),
+            critic=self.critic,
+            vf_hiddens=list(self.vf_hiddens),
+            value_norm=self.value_norm,
+            value_norm_decay=self.value_norm_decay,
         )
         if self.image_obs is not None:
             if exp is None:

@@ -10,7 +10,7 @@ from ray.rllib.core.columns import Columns
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 
 from memrl.methods.memo.batch import MemoTrialBatch, gae
-from memrl.methods.memo.columns import MEMO_TRIAL_T
+from memrl.methods.memo.columns import MEMO_SEG_LEN, MEMO_TRIAL_T
 from memrl.methods.memo.rlmodule import MemoRLModule
 from memrl.methods.memo.settings import MemoModelSettings
 
@@ -60,8 +60,10 @@ def test_kv_refresh_rebuilds_caches_under_new_weights(mode):
     runner.set_state(new_weights)
 
     for i in range(3):
-        # A fresh recompute: the slot's trial replayed step by step under the new weights.
+        # A fresh recompute: the slot's trial replayed step by step under the new weights, with
+        # the segment length the runner drew at the sync.
         replay = _module(1, mode=mode)
+        replay._acting_seg = runner._acting_seg
         for t, o in enumerate(history[i]):
             _act(replay, o[None], [t])
         got, want = _held(runner.keeper.cache, i), _held(replay.keeper.cache, 0)
@@ -90,7 +92,8 @@ def _episode(n_steps: int, rng: np.random.Generator) -> SingleAgentEpisode:
     return ep
 
 
-def test_learner_rows_start_at_the_trial_and_mask_only_new_steps():
+@pytest.mark.parametrize("value_norm", [False, True])
+def test_learner_rows_start_at_the_trial_and_mask_only_new_steps(value_norm):
     rng = np.random.default_rng(1)
     first = _episode(10, rng)
     all_obs = np.asarray(first.get_observations())
@@ -108,7 +111,9 @@ def test_learner_rows_start_at_the_trial_and_mask_only_new_steps():
             },
         )
     second = second.to_numpy()
-    module = _module(0)
+    module = _module(0, value_norm=value_norm)
+    with torch.no_grad():  # a value scale far from the init's, so normalization has work to do
+        module.vf.bias.fill_(3.0)
     batch = MemoTrialBatch(gamma=0.9, lambda_=0.8)(
         rl_module=module, batch={}, episodes=[second, first.to_numpy()]
     )
@@ -119,13 +124,24 @@ def test_learner_rows_start_at_the_trial_and_mask_only_new_steps():
     assert mask[0].tolist() == [False] * 10 + [True] * 5 + [False]
     assert mask[1].tolist() == [True] * 10 + [False] * 6
     assert (data[Columns.ACTIONS].numpy()[0, 10:15] == 1).all()
-    # Value targets = GAE + values, with values from the whole-trial forward.
+    assert data[MEMO_SEG_LEN].tolist() == [4, 4]  # no recorded length: l_seg
+    # Value targets = GAE + values, with values from the whole-trial forward. With value
+    # normalization the targets have moved the statistics since, and the output layer was
+    # rescaled so that de-normalized values are unchanged (PopArt).
     with torch.no_grad():
-        v = module.compute_values({Columns.OBS: torch.from_numpy(obs)}, fixed_segments=True)
+        v = module.compute_values({Columns.OBS: torch.from_numpy(obs)})
+    assert float(v[0, 0]) == pytest.approx(3.0, abs=0.5)
     a = gae(np.ones(5, np.float32), v[0, 10:16].numpy(), 0.9, 0.8)
     np.testing.assert_allclose(
-        data["value_targets"].numpy()[0, 10:15], a + v[0, 10:15].numpy(), atol=1e-5
+        data["value_targets"].numpy()[0, 10:15], a + v[0, 10:15].numpy(), atol=1e-4
     )
+    mean, std = module.vf.stats()
+    targets = data["value_targets"][data[Columns.LOSS_MASK]]
+    if value_norm:  # first update: the statistics are the batch's own
+        assert float(mean) == pytest.approx(float(targets.mean()), rel=1e-4)
+        assert float(std) == pytest.approx(float(targets.std(unbiased=False)), rel=1e-3)
+    else:
+        assert (float(mean), float(std)) == (0.0, 1.0)
 
 
 def test_learner_rejects_chunks_without_their_trial_start():
@@ -144,11 +160,78 @@ def test_learner_rejects_chunks_without_their_trial_start():
         MemoTrialBatch()(rl_module=_module(0), batch={}, episodes=[second.to_numpy()])
 
 
-def test_segment_length_randomized_in_loss_passes_only():
+def test_acting_draws_a_segment_length_per_sync_and_the_loss_pass_uses_it():
+    import random
+
     module = _module(0, l_seg=10)
-    seen = {module.train_seg_len() for _ in range(200)}
+    rng = random.Random(0)
+    seen = {module.draw_seg_len(rng) for _ in range(200)}
     assert min(seen) >= 8 and max(seen) <= 11 and len(seen) > 2
-    assert _module(0, l_seg=10, seg_randomization=False).train_seg_len() == 10
+    assert _module(0, l_seg=10, seg_randomization=False).draw_seg_len(rng) == 10
+    # Each weight sync draws the length acting uses from then on, and records it per step.
+    lengths = set()
+    for _ in range(6):
+        module.set_state(module.get_state())
+        obs = np.zeros((2, 5), np.float32)
+        out = module.forward_exploration(
+            {Columns.OBS: torch.from_numpy(obs), MEMO_TRIAL_T: torch.tensor([0, 0])}
+        )
+        assert out[MEMO_SEG_LEN].tolist() == [module._acting_seg] * 2
+        assert module.keeper.cache.l_seg == module._acting_seg
+        lengths.add(module._acting_seg)
+    assert len(lengths) > 1
+    # Greedy acting uses l_seg.
+    out = module.forward_inference(
+        {Columns.OBS: torch.zeros(2, 5), MEMO_TRIAL_T: torch.tensor([0, 0])}
+    )
+    assert out[MEMO_SEG_LEN].tolist() == [10, 10]
+
+
+def test_acting_and_the_loss_pass_compute_the_same_logits_with_a_drawn_length():
+    """A trial acted step by step with the drawn length gives, in a loss pass over the recorded
+    rows, the same action logits: PPO's ratio is 1 before an update."""
+    rng = np.random.default_rng(3)
+    module = _module(0, l_seg=6)
+    module._acting_seg = 7
+    obs = rng.normal(size=(2, 25, 5)).astype(np.float32)
+    acted = [_act(module, obs[:, t], [t, t]) for t in range(25)]
+    acted = torch.stack(acted, dim=1)
+    batch = {Columns.OBS: torch.from_numpy(obs), MEMO_SEG_LEN: torch.tensor([7, 7])}
+    with torch.no_grad():
+        train = module.forward_train(batch)[Columns.ACTION_DIST_INPUTS]
+    torch.testing.assert_close(train, acted, atol=1e-4, rtol=1e-4)
+    with torch.no_grad():  # another length would not match: the test can fail
+        other = module.forward_train({**batch, MEMO_SEG_LEN: torch.tensor([6, 6])})
+    assert (other[Columns.ACTION_DIST_INPUTS] - acted).abs().max() > 1e-3
+    # Rows with different lengths in one batch each get their own.
+    with torch.no_grad():
+        mixed = module.forward_train({**batch, MEMO_SEG_LEN: torch.tensor([7, 6])})
+    torch.testing.assert_close(mixed[Columns.ACTION_DIST_INPUTS][0], acted[0], atol=1e-4, rtol=0)
+    torch.testing.assert_close(
+        mixed[Columns.ACTION_DIST_INPUTS][1],
+        other[Columns.ACTION_DIST_INPUTS][1],
+        atol=1e-5,
+        rtol=0,
+    )
+
+
+@pytest.mark.parametrize("critic", ["shared", "detached", "separate"])
+def test_critic_modes_route_the_value_gradient(critic):
+    module = _module(0, critic=critic, vf_hiddens=[8])
+    obs = torch.randn(2, 9, 5)
+    out = module.forward_train({Columns.OBS: obs})
+    out["memo_vf_preds"].sum().backward()
+    trunk = sum(p.grad.abs().sum() for p in module.net.parameters() if p.grad is not None)
+    head = module.vf.weight.grad.abs().sum()
+    assert head > 0
+    if critic == "shared":
+        assert trunk > 0
+    else:
+        assert trunk == 0  # the value loss never reaches the policy's trunk
+    if critic == "separate":
+        assert any(
+            p.grad is not None and p.grad.abs().sum() > 0 for p in module.critic_net.parameters()
+        )
 
 
 def test_settings_validate_and_reject_unknown_keys():
@@ -207,6 +290,12 @@ def test_trains_through_rllib_on_the_corridor(tmp_path):
             result = algo.train()
         learner = result["learners"]["default_policy"]
         assert np.isfinite(learner["total_loss"]) and learner["num_module_steps_trained"] > 0
+        # Acting (segment length drawn at the sync) and the loss pass compute the same thing:
+        # before the update every ratio is 1.
+        assert learner["ratio_dev_pre_update"] < 1e-3 and learner["clip_frac_pre_update"] == 0
+        for key in ("vf_explained_var", "vf_ev_q1", "vf_ev_q4", "value_norm_std"):
+            assert key in learner
+        assert learner["trunk_grad_norm_pi"] > 0 and learner["trunk_grad_norm_vf"] > 0
         assert result["env_runners"]["num_episodes_lifetime"] > 0
         algo.stop()
     finally:
