@@ -98,17 +98,25 @@ class MemoPPOLearner(PPOTorchLearner):
         dist_cls = module.get_train_action_dist_cls()
         curr = dist_cls.from_logits(fwd_out[Columns.ACTION_DIST_INPUTS])
         logp = curr.logp(batch[Columns.ACTIONS])
-        ratio = torch.exp(logp - batch[Columns.ACTION_LOGP])
-        adv = batch[Postprocessing.ADVANTAGES]
-        clip = config.clip_param
-        pg_loss = -torch.min(adv * ratio, adv * ratio.clamp(1 - clip, 1 + clip))
         v_norm = fwd_out[VF_PREDS]
         targets = batch[Postprocessing.VALUE_TARGETS]
-        vf_err = (v_norm - module.vf.normalize(targets)) ** 2
-        vf_loss = vf_err.clamp(max=config.vf_clip_param)
         entropy = curr.entropy()
-        ent_coeff = self.entropy_coeff_schedulers_per_module[module_id].get_current_value()
-        total = masked_mean(pg_loss + config.vf_loss_coeff * vf_loss - ent_coeff * entropy)
+        clip = config.clip_param
+        terms = ppo_terms(
+            logp,
+            batch[Columns.ACTION_LOGP],
+            batch[Postprocessing.ADVANTAGES],
+            v_norm,
+            module.vf.normalize(targets),
+            entropy,
+            mask,
+            clip=clip,
+            vf_clip=config.vf_clip_param,
+            vf_coeff=config.vf_loss_coeff,
+            entropy_coeff=self.entropy_coeff_schedulers_per_module[module_id].get_current_value(),
+        )
+        total, ratio = terms["total"], terms["ratio"]
+        pg_loss, vf_loss, vf_err = terms["pg_loss"], terms["vf_loss"], terms["vf_err"]
         if config.use_kl_loss:
             prev = module.get_exploration_action_dist_cls().from_logits(
                 batch[Columns.ACTION_DIST_INPUTS]
@@ -155,6 +163,41 @@ class MemoPPOLearner(PPOTorchLearner):
             window=1,
         )
         return total
+
+
+def ppo_terms(
+    logp: torch.Tensor,
+    behaviour_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    values: torch.Tensor,
+    targets: torch.Tensor,
+    entropy: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    clip: float,
+    vf_clip: float,
+    vf_coeff: float,
+    entropy_coeff: float,
+) -> dict[str, torch.Tensor]:
+    """PPO's loss on (B, T) steps, averaged over the ``mask``ed ones.
+
+    ``values`` and ``targets`` are in the same (normalized) units. Returns ``total`` (the scalar
+    to minimize) and the per-step ``ratio``, ``pg_loss`` (the negated clipped surrogate),
+    ``vf_err`` (squared value error) and ``vf_loss`` (that error clipped at ``vf_clip``).
+    """
+    ratio = torch.exp(logp - behaviour_logp)
+    pg_loss = -torch.min(advantages * ratio, advantages * ratio.clamp(1 - clip, 1 + clip))
+    vf_err = (values - targets) ** 2
+    vf_loss = vf_err.clamp(max=vf_clip)
+    per_step = pg_loss + vf_coeff * vf_loss - entropy_coeff * entropy
+    total = (per_step * mask).sum() / mask.sum().clamp(min=1)
+    return {
+        "total": total,
+        "ratio": ratio,
+        "pg_loss": pg_loss,
+        "vf_err": vf_err,
+        "vf_loss": vf_loss,
+    }
 
 
 def explained_variance(
