@@ -261,7 +261,39 @@ def summary_table(rows: list[dict[str, Any]], run_dir: RunDir, wall_s: float) ->
     table = format_table(summary)
     if inner:
         table += "\n\nReturn per inner-episode index (last iteration):\n" + format_table([inner])
+    line = memory_line(rows)
+    if line:
+        table += "\n\n" + line
     return table
+
+
+def memory_line(rows: list[dict[str, Any]]) -> str | None:
+    """One sentence on memory use for envs with inner episodes: the return of inner episodes 1-4
+    against the first one of the same trials, over the last iterations (a tenth, at least 3)."""
+    recent = rows[-max(3, len(rows) // 10) :]
+
+    def mean_of(key: str) -> float:
+        values = [r[key] for r in recent if key in r and math.isfinite(r[key])]
+        return sum(values) / len(values) if values else math.nan
+
+    first = mean_of("inner_return_0")
+    later = [v for v in (mean_of(f"inner_return_{k}") for k in range(1, 5)) if math.isfinite(v)]
+    if not math.isfinite(first) or not later:
+        return None
+    later_mean = sum(later) / len(later)
+    change = (later_mean - first) / abs(first) if first else math.inf
+    which = "1" if len(later) == 1 else f"1-{len(later)}"
+    head = (
+        f"memory: later inner episodes ({which}) return {later_mean:.2f} on average against "
+        f"{first:.2f} for the first one of the same trials ({change:+.0%}, last {len(recent)} "
+        "iterations)"
+    )
+    if change >= 0.1:
+        return head + (
+            ": the agent does better once it has seen the layout (without memory the two "
+            "would be equal)."
+        )
+    return head + ": no clear sign of memory use yet (with memory, later ones do better)."
 
 
 def train(
