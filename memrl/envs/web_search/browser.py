@@ -1,10 +1,13 @@
 """One headless Chromium under Selenium (``Browser``); ``pool.py`` keeps N of them per process.
 
 Each browser has a fresh profile directory, its own filtering proxy (``proxy.py``: every request
-passes the URL policy), and a watchdog that kills its whole process tree when an operation runs
-past its timeouts, so a hung or crashed browser becomes a ``BrowserCrashed`` that the pool answers
-with a restart. Shutdown quits the driver, kills what is left of the tree (Chromium's crashpad
-helpers daemonize, so they are found by their profile path) and reaps the zombies.
+passes the URL policy; ``load`` itself refuses what the policy refuses before Chromium sees it,
+since ``file:``, ``data:`` or ``chrome:`` URLs never reach a proxy), WebRTC held to proxied
+traffic (no UDP around the proxy), and a watchdog that kills its whole process tree when an
+operation runs past its timeouts, so a hung or crashed browser becomes a ``BrowserCrashed`` that
+the pool answers with a restart. Shutdown quits the driver, kills what is left of the tree
+(Chromium's crashpad helpers daemonize, so they are found by their profile path) and reaps the
+zombies.
 """
 
 from __future__ import annotations
@@ -27,12 +30,15 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from memrl.envs.web_search.config import BrowserConfig, FetchConfig
-from memrl.envs.web_search.policy import UrlPolicy
+from memrl.envs.web_search.policy import UrlDenied, UrlPolicy
 from memrl.envs.web_search.proxy import BLOCKED_META, Event, SafetyProxy
 
 logger = logging.getLogger(__name__)
 
 _PR_SET_CHILD_SUBREAPER = 36
+WEBRTC_POLICY = "disable_non_proxied_udp"
+"""Chromium's WebRTC IP handling policy for our browsers: WebRTC may only use the proxy (which
+refuses what the URL policy refuses), never UDP to an address of the page's choosing."""
 _subreaper_lock = threading.Lock()
 _subreaper_on = False
 
@@ -179,6 +185,11 @@ class Browser:
             {
                 "download.default_directory": os.path.join(self.profile, "downloads"),
                 "download.prompt_for_download": False,
+                # Preferences, not the --force-webrtc-ip-handling-policy switch, which Chromium
+                # 156 ignores (host UDP candidates still gathered; measured).
+                "webrtc.ip_handling_policy": WEBRTC_POLICY,
+                "webrtc.multiple_routes_enabled": False,
+                "webrtc.nonproxied_udp_enabled": False,
             },
         )
         # Chromium writes crash reports under $XDG_CONFIG_HOME: keep them in the fresh profile.
@@ -315,10 +326,15 @@ class Browser:
         """Loads a URL, waits for the DOM to settle and returns the document.
 
         Failures of the page (timeouts, error pages, refusals, downloads) come back in
-        ``Loaded.error``; failures of the browser raise ``BrowserCrashed``.
+        ``Loaded.error``; failures of the browser raise ``BrowserCrashed``. A URL the policy
+        refuses (a scheme other than http(s), a listed host, a port) is never handed to Chromium.
         """
         from selenium.common.exceptions import TimeoutException, WebDriverException
 
+        try:
+            self.proxy.policy.check_url(url)
+        except UrlDenied as err:
+            return Loaded(requested_url=url, error=f"denied: {err}")
         with self._lock:
             if self.driver is None:
                 self._start()
