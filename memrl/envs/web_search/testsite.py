@@ -104,8 +104,13 @@ def _catalogue(base: str) -> list[tuple[str, str, str]]:
     return entries
 
 
+MAX_BODY_BYTES = 1_000_000
+"""Largest POST body the site reads (its API takes a query of a few words)."""
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    timeout = 30.0  # a client that stops mid-request is dropped, not waited on forever
     server: _Server
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (stdlib signature)
@@ -150,7 +155,12 @@ class _Handler(BaseHTTPRequestHandler):
         self._route("HEAD", b"")
 
     def do_POST(self) -> None:  # noqa: N802 (stdlib naming)
-        length = int(self.headers.get("Content-Length") or 0)
+        declared = self.headers.get("Content-Length") or "0"
+        if not (declared.isascii() and declared.isdigit()) or int(declared) > MAX_BODY_BYTES:
+            self.close_connection = True
+            self._send(413, b"body missing a valid Content-Length or over 1 MB", "text/plain")
+            return
+        length = int(declared)
         self._route("POST", self.rfile.read(length) if length else b"")
 
     def _route(self, method: str, body: bytes) -> None:

@@ -223,3 +223,37 @@ def test_cache_entries_are_kept_apart_by_policy(site, tmp_path):
             assert expected in outcome.error
         finally:
             strict.close()
+
+
+def _raw_via_proxy(proxy: SafetyProxy, data: bytes) -> bytes:
+    """Sends raw bytes to the proxy; returns what it answers before closing (b"" if nothing)."""
+    host, port = proxy.address.split(":")
+    with socket.create_connection((host, int(port)), timeout=20) as sock:
+        sock.sendall(data)
+        try:
+            return sock.recv(4096)
+        except ConnectionResetError:
+            return b""
+
+
+@pytest.mark.parametrize(
+    "length, status",
+    [("-1", b" 400 "), ("12x", b" 400 "), ("1000000000000", b" 413 ")],
+)
+def test_proxy_refuses_bad_request_lengths(site, length, status):
+    proxy = SafetyProxy(UrlPolicy(LOCAL_ONLY), max_bytes=1000, timeout_s=5)
+    try:
+        head = f"POST {site.url}/api/search HTTP/1.1\r\nHost: x\r\nContent-Length: {length}\r\n\r\n"
+        assert status in _raw_via_proxy(proxy, head.encode()).split(b"\r\n")[0]
+    finally:
+        proxy.close()
+
+
+def test_proxy_drops_a_client_that_stops_mid_body(site):
+    proxy = SafetyProxy(UrlPolicy(LOCAL_ONLY), max_bytes=1000, timeout_s=1)
+    try:
+        head = f"POST {site.url}/api/search HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n"
+        assert _raw_via_proxy(proxy, head.encode() + b"only ten b") == b""
+        assert _via_proxy(proxy, "GET", site.url + "/page/zorbania").status == 200
+    finally:
+        proxy.close()
