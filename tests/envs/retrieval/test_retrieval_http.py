@@ -189,3 +189,45 @@ def test_serve_command_on_a_free_port():
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def _raw(url: str, data: bytes, timeout: float = 20) -> bytes:
+    """Sends raw bytes; returns everything the server answers before it closes."""
+    host, port = url[len("http://") :].split(":")
+    with socket.create_connection((host, int(port)), timeout=timeout) as sock:
+        sock.sendall(data)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    return answer
+
+
+def test_deeply_nested_json_is_a_400_not_a_dropped_connection(server):
+    body = b'{"queries": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    status, got = _post(server.url, body)
+    assert status == 400 and "nested too deeply" in got["error"]
+    assert _post(server.url, b'{"queries": ["x"]}')[0] == 200
+
+
+def test_head_and_options_are_answered(server):
+    head = _raw(server.url, b"HEAD /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 ") and head.endswith(b"\r\n\r\n")  # headers only
+    request = b"OPTIONS /retrieve HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    options = _raw(server.url, request)
+    assert options.startswith(b"HTTP/1.1 204 ") and b"allow: post, options" in options.lower()
+
+
+def test_a_short_body_times_out_with_408(local):
+    with RetrievalServer(local, "127.0.0.1", 0, body_timeout_s=1.0) as srv:
+        head = b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n"
+        answer = _raw(srv.url, head + b'{"queries"')
+        assert answer.startswith(b"HTTP/1.1 408 ") and b"did not arrive within 1 s" in answer
+        assert _post(srv.url, b'{"queries": ["x"]}')[0] == 200
+
+
+def test_a_port_in_use_or_out_of_range_is_a_clear_error(server, local):
+    port = int(server.url.rsplit(":", 1)[1])
+    with pytest.raises(ValueError, match=f"Cannot listen on 127.0.0.1:{port}: the port is in use"):
+        RetrievalServer(local, "127.0.0.1", port)
+    with pytest.raises(ValueError, match=r"--port must be an int in \[0, 65535\]"):
+        RetrievalServer(local, "127.0.0.1", 70000)

@@ -53,3 +53,34 @@ def test_responses_match_the_recorded_bytes(server, case):
     assert headers["content-type"] == case["content_type"]
     assert int(headers["content-length"]) == len(payload)
     assert payload == case["response"].encode("utf-8")
+
+
+@pytest.mark.slow
+def test_the_ray_serve_application_answers_the_same_bytes():
+    """``serve_app`` on a local Ray: Serve's proxy in front, the same app behind it."""
+    ray = pytest.importorskip("ray")
+    from ray import serve
+
+    from memrl.envs.retrieval.http import HTTPRetriever
+    from memrl.envs.retrieval.serve_app import app_builder
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    spec = {key: str(value) for key, value in GOLDEN["retriever"].items()}
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        serve.run(app_builder(spec), name="retrieval", route_prefix="/")
+        url = f"http://127.0.0.1:{port}"
+        for case in GOLDEN["cases"]:
+            body = b"" if case["request"] is None else json.dumps(case["request"]).encode()
+            status, headers, payload = raw_exchange(url, case["method"], case["path"], body)
+            assert (status, headers["content-type"]) == (case["status"], case["content_type"])
+            assert payload == case["response"].encode("utf-8"), case
+        local = resources.synthetic_retriever(300, 0)
+        queries = [local.corpus[i].title + " city" for i in (0, 7)]
+        assert HTTPRetriever(url).retrieve(queries, 3) == local.retrieve(queries, 3)
+    finally:
+        serve.shutdown()
+        ray.shutdown()
