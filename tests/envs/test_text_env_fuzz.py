@@ -217,6 +217,8 @@ def test_non_strings_and_lone_surrogates_are_actions_like_any(websearch, webshop
     assert "not in the replay cache" in obs
     obs, *_ = websearch.step("<open>http://example.org/\udfff</open>")
     assert "not in the replay cache" in obs
+    obs, *_ = websearch.step("<open>http://[x]/</open>")
+    assert "denied: URL 'http://[x]/' is malformed" in obs
     for action in (None, 12, b"click[x]", ["a"]):
         webshop.reset(seed=0)
         assert isinstance(webshop.step(action)[0], str)

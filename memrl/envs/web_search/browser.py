@@ -27,10 +27,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from memrl.envs.web_search.config import BrowserConfig, FetchConfig
-from memrl.envs.web_search.policy import UrlDenied, UrlPolicy
+from memrl.envs.web_search.policy import UrlDenied, UrlPolicy, host_of
 from memrl.envs.web_search.proxy import BLOCKED_META, Event, SafetyProxy
 
 logger = logging.getLogger(__name__)
@@ -412,9 +411,9 @@ def _fill(out: Loaded, info: dict[str, Any], max_html_chars: int, net_error: str
     if net_error or out.url.startswith("chrome-error://"):
         # An HTTPS tunnel the proxy refused: find it among the hosts of this navigation's chain
         # (Chromium's own background requests are refused too and must not be blamed).
-        chain = {urlsplit(out.requested_url).hostname}
-        chain |= {urlsplit(e.location).hostname for e in out.events if e.location}
-        blocked = [e for e in out.events if e.blocked and urlsplit(e.url).hostname in chain]
+        chain = {host_of(out.requested_url)}
+        chain |= {host_of(e.location) for e in out.events if e.location}
+        blocked = [e for e in out.events if e.blocked and host_of(e.url) in chain]
         if blocked:
             out.error = f"denied: {blocked[-1].blocked}"
             return

@@ -16,7 +16,6 @@ import ipaddress
 import logging
 import time
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
 
 from memrl.envs.web_search.backends import SearchFailed, SearchResult, build_backend
 from memrl.envs.web_search.browser import Loaded
@@ -30,7 +29,7 @@ from memrl.envs.web_search.config import (
 )
 from memrl.envs.web_search.extract import Page, extract, is_text_type
 from memrl.envs.web_search.httpclient import HttpClient
-from memrl.envs.web_search.policy import HostRateLimiter, UrlDenied, UrlPolicy
+from memrl.envs.web_search.policy import HostRateLimiter, UrlDenied, UrlPolicy, host_of
 from memrl.envs.web_search.pool import BrowserPool
 
 logger = logging.getLogger(__name__)
@@ -109,7 +108,7 @@ class WebClient:
         return self.pool.load(url)
 
     def _http_politeness(self, url: str) -> None:
-        self.limiter.wait((urlsplit(url).hostname or "").lower())
+        self.limiter.wait(host_of(url))
 
     def search(self, query: str) -> SearchOutcome:
         """Results of a query (cached); never raises for web failures."""

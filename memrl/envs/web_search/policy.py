@@ -22,7 +22,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urljoin, urlsplit
 
 from memrl.envs.web_search.config import SafetyConfig
 
@@ -38,6 +38,32 @@ _SITE_LOCAL = ipaddress.ip_network("fec0::/10")
 
 class UrlDenied(Exception):
     """A URL or host that the safety policy refuses; the message says why."""
+
+
+def split_url(url: str) -> SplitResult | None:
+    """``urlsplit`` for URLs from the web: None where the standard library raises (unbalanced
+    brackets, a bracketed host that is no IPv6 address), so page content cannot crash a reader."""
+    try:
+        parts = urlsplit(url)
+        parts.hostname  # noqa: B018 (parsed lazily; raises for "http://[x]/")
+    except ValueError:
+        return None
+    return parts
+
+
+def join_url(base: str, link: str) -> str | None:
+    """``urljoin`` for links and redirects from the web: None for what cannot be parsed."""
+    try:
+        url = urljoin(base, link)
+    except ValueError:
+        return None
+    return url if split_url(url) is not None else None
+
+
+def host_of(url: str) -> str:
+    """The lower-cased host of a URL, or "" when it has none or cannot be parsed."""
+    parts = split_url(url)
+    return (parts.hostname or "") if parts is not None else ""
 
 
 @dataclass(frozen=True)
@@ -79,13 +105,17 @@ class UrlPolicy:
         """Checks scheme and host lists (no DNS); returns (host, port).
 
         Raises:
-            UrlDenied: the scheme is not http(s), there is no host, or a host list refuses it.
+            UrlDenied: the URL is malformed, the scheme is not http(s), there is no host, or a
+                host list refuses it.
         """
-        parts = urlsplit(url)
+        parts = split_url(url)
+        if parts is None:  # brackets that hold no IPv6 address, unbalanced brackets
+            raise UrlDenied(f"URL {url[:100]!r} is malformed (its host cannot be parsed)")
+        hostname = parts.hostname
         scheme = parts.scheme.lower()
         if scheme not in ALLOWED_SCHEMES:
             raise UrlDenied(f"scheme {scheme or '(none)'!r} is not allowed (only http and https)")
-        host = (parts.hostname or "").lower().rstrip(".")
+        host = (hostname or "").lower().rstrip(".")
         if not host:
             raise UrlDenied(f"URL {url!r} has no host")
         try:

@@ -22,9 +22,9 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urlsplit
 
-from memrl.envs.web_search.policy import UrlDenied, UrlPolicy
+from memrl.envs.web_search.policy import UrlDenied, UrlPolicy, join_url
 
 logger = logging.getLogger(__name__)
 
@@ -269,7 +269,7 @@ class _Handler(BaseHTTPRequestHandler):
             url=url,
             status=resp.status,
             content_type=resp.getheader("Content-Type", ""),
-            location=urljoin(url, resp.getheader("Location", ""))
+            location=join_url(url, resp.getheader("Location", "")) or ""
             if resp.getheader("Location")
             else "",
             bytes=sent,

@@ -23,6 +23,9 @@ from memrl.envs.web_search.proxy import BLOCKED_HEADER, SafetyProxy
         ("javascript:alert(1)", "scheme 'javascript'"),
         ("http:///nohost", "no host"),
         ("http://evil.example/x", "not on the allow list"),
+        ("http://[::1/x", "malformed"),
+        ("http://[x]/", "malformed"),
+        ("http://a]b/", "malformed"),
     ],
 )
 def test_check_url_refuses_bad_schemes_and_hosts(url, reason):
@@ -257,3 +260,9 @@ def test_proxy_drops_a_client_that_stops_mid_body(site):
         assert _via_proxy(proxy, "GET", site.url + "/page/zorbania").status == 200
     finally:
         proxy.close()
+
+
+def test_http_client_reports_a_redirect_to_a_malformed_url(site):
+    client = HttpClient(UrlPolicy(LOCAL_ONLY), timeout_s=5, max_bytes=1_000_000)
+    with pytest.raises(HttpError, match="redirects to a malformed URL"):
+        client.request("GET", site.url + "/redirect-malformed")
