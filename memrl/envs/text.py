@@ -23,7 +23,8 @@ last-k) and any generation backend:
 
     Every env passes the action through ``action_text`` first: non-strings become strings, an
     action longer than the env's ``max_action_chars`` is refused with an observation that says
-    so, and lone surrogates (which no encoder accepts) become U+FFFD, once, at the boundary.
+    so, and lone surrogates (which no encoder accepts) become U+FFFD, once, at the boundary;
+    observations built from outside text (web pages, catalogues) go through ``clean_text``.
     Parsing is linear in the action's length (``strip_blocks``, ``first_tagged``: plain string
     scans, no backtracking regular expressions), and text copied from an action into an
     observation goes through ``echo``, so observations stay short whatever the action.
@@ -95,9 +96,13 @@ def action_text(action: object, max_chars: int) -> tuple[str, str | None]:
             f"Invalid response: it has {len(text)} characters; at most {max_chars} are "
             "allowed. Write a shorter response."
         )
-    if not text.isascii():
-        text = _SURROGATE.sub("\ufffd", text)
-    return text, None
+    return clean_text(text), None
+
+
+def clean_text(text: str) -> str:
+    """``text`` with lone surrogates replaced by U+FFFD: what every observation and parsed
+    action goes through, since no encoder (tokenizers included) accepts them."""
+    return text if text.isascii() else _SURROGATE.sub("\ufffd", text)
 
 
 def echo(text: str, limit: int = MAX_ECHO_CHARS) -> str:

@@ -55,13 +55,18 @@ obs.observe(document, {subtree: true, childList: true, characterData: true});
 })();
 """
 
+# Strings are made well-formed (lone surrogates become U+FFFD) before they leave the page:
+# chromedriver cannot serialize a lone surrogate, which a page may hold or the cut may make by
+# splitting a pair, and fails the whole call (measured: a restart per load of such a page).
 _INFO_JS = """
 const nav = performance.getEntriesByType('navigation')[0];
 const root = document.documentElement;
 const html = root ? root.outerHTML : '';
-return {url: location.href, title: document.title || '', contentType: document.contentType || '',
+const wf = (s) => s.toWellFormed();
+return {url: wf(location.href), title: wf(document.title || ''),
+        contentType: document.contentType || '',
         status: (nav && nav.responseStatus) || 0, committed: window.__memrlPrev !== true,
-        html: html.slice(0, arguments[0]), htmlChars: html.length};
+        html: wf(html.slice(0, arguments[0])), htmlChars: html.length};
 """
 
 

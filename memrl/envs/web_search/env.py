@@ -18,6 +18,7 @@ from memrl.envs.text import (
     MAX_ACTION_CHARS,
     TextTags,
     action_text,
+    clean_text,
     echo,
     first_tagged,
     strip_blocks,
@@ -269,7 +270,7 @@ class WebSearchQAEnv(gym.Env):
         if truncated:
             self._done = True
         info_tag = self.tags.information
-        obs = f"<{info_tag}>{self._hint()}\n{body}\n</{info_tag}>"
+        obs = clean_text(f"<{info_tag}>{self._hint()}\n{body}\n</{info_tag}>")
         return obs, 0.0, False, truncated, self._info(format_error=format_error)
 
     def _info(self, format_error: bool, em: float = 0.0, f1: float = 0.0) -> dict[str, Any]:

@@ -222,6 +222,12 @@ class _Handler(BaseHTTPRequestHandler):
             links = "<a href='http://[x'>unbalanced</a> <a href='http://[nohost]/'>bracketed</a>"
             body = f"<h1>Bad links</h1><p>Links no parser accepts. {links}</p>"
             self._send(200, _page("Bad links", body + "<a href='/page/ada-brisk'>Ada</a>"))
+        elif path == "/lone-surrogate":
+            script = (
+                "<script>document.getElementById('s').textContent = "
+                "'A lone ' + String.fromCharCode(0xD800) + ' surrogate in the text.';</script>"
+            )
+            self._send(200, _page("Lone surrogate", f"<p id='s'>loading</p>{script}"))
         elif path == "/redirect-ok":
             self._send(302, b"", headers={"Location": "/page/zorbania"})
         elif path == "/huge":

@@ -17,7 +17,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from memrl.envs.text import MAX_ACTION_CHARS, action_text, text_space
+from memrl.envs.text import MAX_ACTION_CHARS, action_text, clean_text, text_space
 from memrl.envs.webshop.engine import OBSERVATION_MODES, Session, StepResult, WebShopEngine
 from memrl.envs.webshop.world import CatalogueSpec, get_world
 
@@ -221,7 +221,7 @@ class WebShopEnv(gym.Env):
     def _observation(self, message: str = "") -> str:
         page = self.page_text()
         if self.action_format == "raw":
-            return page
+            return clean_text(page)
         return self._wrap(page, message)
 
     def _wrap(self, page: str, message: str = "") -> str:
@@ -235,7 +235,7 @@ class WebShopEnv(gym.Env):
         ]
         note = f"Invalid action: {message}\n" if message else ""
         st = self.tags["state"]
-        return (
+        return clean_text(
             f"<{st}>[HINT]{hint}[/HINT]\n{note}{page}\n"
             f"Current available actions: [{', '.join(listed)}]</{st}>"
         )
