@@ -28,6 +28,7 @@ from memrl.envs.text import (
     MAX_ACTION_CHARS,
     TextTags,
     action_text,
+    clean_text,
     first_tagged,
     strip_blocks,
     text_space,
@@ -276,7 +277,8 @@ class DocQAEnv(gym.Env):
 
     def _information(self, body: str) -> str:
         tag = self.tags.information
-        return f"<{tag}>{body}</{tag}>"
+        # Passages from a foreign HTTP server may carry lone surrogates (JSON "\ud800" escapes).
+        return clean_text(f"<{tag}>{body}</{tag}>")
 
     @staticmethod
     def _hint(turns_left: int) -> str:

@@ -231,3 +231,31 @@ def test_a_port_in_use_or_out_of_range_is_a_clear_error(server, local):
         RetrievalServer(local, "127.0.0.1", port)
     with pytest.raises(ValueError, match=r"--port must be an int in \[0, 65535\]"):
         RetrievalServer(local, "127.0.0.1", 70000)
+
+
+class _SurrogateHandler(_ForeignHandler):
+    """A server whose passages carry a lone surrogate (legal as a JSON escape)."""
+
+    def do_POST(self):
+        payload = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        result = [[{"id": "1", "contents": '"T"\nlone \ud800 here'}] for _ in payload["queries"]]
+        body = json.dumps({"result": result}).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def test_passages_with_lone_surrogates_reach_the_agent_as_u_fffd():
+    foreign = ThreadingHTTPServer(("127.0.0.1", 0), _SurrogateHandler)
+    thread = threading.Thread(target=foreign.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{foreign.server_address[1]}"
+        env = DocQAEnv(synthetic_passages=300, retriever="http", retrieval_url=url, num_tasks=2)
+        env.reset(seed=0)
+        obs, *_ = env.step("<search>anything</search>")
+        assert "lone \ufffd here" in obs and obs.encode("utf-8")
+    finally:
+        foreign.shutdown()
+        foreign.server_close()
