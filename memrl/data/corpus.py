@@ -3,6 +3,9 @@
 Examples:
     memrl data corpus --synthetic 100000 --output data/synthetic100k.parquet
     memrl data corpus --input wiki-18.jsonl --format wiki-jsonl --output data/wiki18.parquet
+
+The corpus is read and converted in full before the output is written, and the output replaces
+an existing file only when complete.
 """
 
 from __future__ import annotations

@@ -6,7 +6,9 @@ Examples:
     memrl data index --corpus data/small.parquet --kind dense --output data/small-dense
 
 The folder holds the index and ``memrl_index.json`` (kind, size, corpus path); a synthetic
-corpus is written into the folder as ``corpus.parquet``, so the folder serves on its own.
+corpus is written into the folder as ``corpus.parquet``, so the folder serves on its own. Nothing
+is written until the index is built, and an index already in the folder is replaced only by a
+complete one.
 """
 
 from __future__ import annotations
@@ -37,11 +39,13 @@ def run(args: argparse.Namespace) -> int:
     from memrl.envs.retrieval.local import build_index
 
     output = Path(args.output)
+    if output.exists() and not output.is_dir():
+        raise ValueError(f"--output {str(output)!r} is a file; give a folder for the index.")
     if args.synthetic is not None:
         from memrl.envs.doc_qa.synthetic import SyntheticKB
 
         corpus = SyntheticKB(args.synthetic, args.seed).corpus
-        corpus_path = save_corpus(corpus, output / "corpus.parquet")
+        corpus_path = output / "corpus.parquet"
     else:
         corpus, _ = load_corpus(args.corpus)
         corpus_path = Path(args.corpus)
@@ -49,6 +53,8 @@ def run(args: argparse.Namespace) -> int:
     kwargs = {"encoder": args.encoder} if args.kind == "dense" else {}
     index = build_index(corpus, args.kind, show_progress=not args.no_progress, **kwargs)
     seconds = time.perf_counter() - start
+    if args.synthetic is not None:
+        save_corpus(corpus, corpus_path)
     index.save(output, extra_meta={"corpus": str(corpus_path.resolve())})
     print(f"{args.kind} index over {len(corpus)} passages built in {seconds:.1f}s -> {output}")
     return 0

@@ -5,7 +5,8 @@ Examples:
     memrl data tasks --flashrag nq/test.jsonl --split test --objectives 8 --output data/tasks-nq
 
 Writes OUTPUT/train.parquet and OUTPUT/test.parquet for the synthetic KB (disjoint questions),
-or OUTPUT/SPLIT.parquet for a file source (the file is that split).
+or OUTPUT/SPLIT.parquet for a file source (the file is that split). Every split is composed before
+the first file is written, and each file replaces an old one only when complete.
 """
 
 from __future__ import annotations
@@ -44,12 +45,19 @@ def run(args: argparse.Namespace) -> int:
     from memrl.envs.doc_qa import tasks as qa_tasks
 
     output = Path(args.output)
+    for name in ("objectives", "num_tasks"):
+        if getattr(args, name) < 1:
+            flag = "--" + name.replace("_", "-")
+            raise ValueError(f"{flag} must be >= 1, got {getattr(args, name)}.")
     if args.synthetic is not None:
         from memrl.envs.doc_qa.synthetic import SyntheticKB
 
         kb = SyntheticKB(args.synthetic, args.seed)
-        for split in qa_tasks.SPLITS:
-            built = qa_tasks.synthetic_tasks(kb, args.objectives, args.num_tasks, split, args.seed)
+        splits = {
+            split: qa_tasks.synthetic_tasks(kb, args.objectives, args.num_tasks, split, args.seed)
+            for split in qa_tasks.SPLITS
+        }
+        for split, built in splits.items():
             path = qa_tasks.save_tasks(built, output / f"{split}.parquet")
             print(f"wrote {len(built)} {split} tasks to {path}")
         return 0

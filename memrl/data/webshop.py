@@ -2,6 +2,8 @@
 
 The files follow the original WebShop schema exactly, so every consumer of the real files (and
 ``memrl/WebShop-v0`` with ``data_dir=DIR``) reads them. The same ``--seed`` gives the same bytes.
+The counts are checked before anything is written, and the three files replace those already in
+the folder only once all three are complete.
 """
 
 from __future__ import annotations

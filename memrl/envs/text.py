@@ -21,11 +21,20 @@ last-k) and any generation backend:
     turns-left hint. ``info`` carries ``format_error`` (bool) and the env's own outcome metrics
     (QA: ``em``, ``f1``, ``num_searches``; WebShop: ``score``, ``success``).
 
+    Every env passes the action through ``action_text`` first: non-strings become strings, an
+    action longer than the env's ``max_action_chars`` is refused with an observation that says
+    so, and lone surrogates (which no encoder accepts) become U+FFFD, once, at the boundary;
+    observations built from outside text (web pages, catalogues) go through ``clean_text``.
+    Parsing is linear in the action's length (``strip_blocks``, ``first_tagged``: plain string
+    scans, no backtracking regular expressions), and text copied from an action into an
+    observation goes through ``echo``, so observations stay short whatever the action.
+
 Tag names are configurable per env through ``TextTags``; the defaults follow the MEM1 code.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import gymnasium as gym
@@ -33,7 +42,15 @@ import gymnasium as gym
 MAX_TEXT_CHARS = 1_000_000
 """Upper bound of the Text spaces; the real limits (turn tokens, page size) are the envs' own."""
 
+MAX_ACTION_CHARS = 65_536
+"""Default of the envs' ``max_action_chars``: about 16k tokens, far above a turn's generation
+budget (``max_tokens_per_turn`` is 1000 in the MEM1 configs), far below the Text space's bound."""
+
+MAX_ECHO_CHARS = 200
+"""Most characters of an action that ``echo`` copies into an observation."""
+
 _CHARSET = frozenset(chr(i) for i in range(32, 127)) | frozenset("\n\t")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def text_space() -> gym.spaces.Text:
@@ -53,3 +70,85 @@ class TextTags:
     """The final answer (QA: parts separated by ';') or, in WebShop, the page action."""
     information: str = "information"
     """Wraps what the env returns after a search."""
+
+
+def action_text(action: object, max_chars: int) -> tuple[str, str | None]:
+    """The action as the envs parse it, or why it is refused.
+
+    Args:
+        action: what ``step`` received (a str; None, bytes and other objects are tolerated).
+        max_chars: the env's ``max_action_chars``.
+
+    Returns:
+        ``(text, None)`` with lone surrogates replaced by U+FFFD, or ``("", message)`` when the
+        action has more than ``max_chars`` characters (the message is meant for the agent).
+    """
+    if action is None:
+        text = ""
+    elif isinstance(action, str):
+        text = str(action)
+    elif isinstance(action, bytes | bytearray):
+        text = bytes(action).decode("utf-8", "replace")
+    else:
+        text = str(action)
+    if len(text) > max_chars:
+        return "", (
+            f"Invalid response: it has {len(text)} characters; at most {max_chars} are "
+            "allowed. Write a shorter response."
+        )
+    return clean_text(text), None
+
+
+def clean_text(text: str) -> str:
+    """``text`` with lone surrogates replaced by U+FFFD: what every observation and parsed
+    action goes through, since no encoder (tokenizers included) accepts them."""
+    return text if text.isascii() else _SURROGATE.sub("\ufffd", text)
+
+
+def echo(text: str, limit: int = MAX_ECHO_CHARS) -> str:
+    """Action text quoted in an observation: at most ``limit`` characters, then a count."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... [{len(text) - limit} more characters]"
+
+
+def strip_blocks(text: str, tag: str, replacement: str = " ") -> str:
+    """Replaces every ``<tag>...</tag>`` block (shortest, left to right) with ``replacement``.
+
+    Same result as ``re.sub(r"<tag>.*?</tag>", replacement, text, flags=re.S)``, in linear time:
+    once an opening tag has no closing tag after it, no later one has either.
+    """
+    opening, closing = f"<{tag}>", f"</{tag}>"
+    pieces, pos = [], 0
+    while (start := text.find(opening, pos)) >= 0:
+        end = text.find(closing, start + len(opening))
+        if end < 0:
+            break
+        pieces += [text[pos:start], replacement]
+        pos = end + len(closing)
+    if not pieces:
+        return text
+    pieces.append(text[pos:])
+    return "".join(pieces)
+
+
+def first_tagged(text: str, tags: tuple[str, ...]) -> tuple[str, str] | None:
+    """The leftmost ``<t>content</t>`` for any ``t`` in ``tags``, as ``(t, content)``.
+
+    Same as ``re.search(r"<(t1|t2)>(.*?)</\\1>", text, re.S)`` for distinct tag names, in
+    linear time: an opening tag matches when its closing tag occurs anywhere after it, which the
+    last closing tag of each name answers at once.
+    """
+    last_close = {tag: text.rfind(f"</{tag}>") for tag in tags}
+    best: tuple[int, str] | None = None
+    for tag in tags:
+        opening = f"<{tag}>"
+        start = text.find(opening)
+        if start >= 0 and last_close[tag] >= start + len(opening):
+            if best is None or start < best[0]:
+                best = (start, tag)
+    if best is None:
+        return None
+    start, tag = best
+    begin = start + len(f"<{tag}>")
+    return tag, text[begin : text.find(f"</{tag}>", begin)]

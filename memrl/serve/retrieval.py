@@ -6,7 +6,10 @@ Examples:
     memrl serve retrieval --index data/syn100k-bm25        # corpus path read from the index
 
 Point envs at it with DocQAEnv(retriever="http", retrieval_url="http://127.0.0.1:8000"), or any
-Search-R1/MEM1 client at http://HOST:PORT/retrieve. --port 0 picks a free port (printed).
+Search-R1/MEM1 client at http://HOST:PORT/retrieve. --port 0 picks a free port (printed). The port
+is bound before the index is built, so a port in use fails at once. On a Ray cluster, the same
+service runs as a Ray Serve application:
+    serve run memrl.envs.retrieval.serve_app:app_builder synthetic_passages=100000
 """
 
 from __future__ import annotations
@@ -55,10 +58,16 @@ def build(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
+    from memrl.envs.asgi import bind
     from memrl.envs.retrieval.http import RetrievalServer
 
-    retriever = build(args)
-    server = RetrievalServer(retriever, args.host, args.port, num_docs=len(retriever.corpus))
+    sock = bind(args.host, args.port)
+    try:
+        retriever = build(args)
+    except BaseException:
+        sock.close()
+        raise
+    server = RetrievalServer(retriever, num_docs=len(retriever.corpus), sock=sock)
     print(
         f"serving {len(retriever.corpus)} passages on {server.url} (POST /retrieve); Ctrl-C stops",
         flush=True,

@@ -2,7 +2,8 @@
 
 Browser agents (Selenium, Playwright, a person) shop at http://HOST:PORT/ : ``/`` starts a session
 for a random goal of the split, ``/?goal=I`` for the I-th. The done page shows the reward, which
-equals the text env's for the same choices (same engine).
+equals the text env's for the same choices (same engine). The port is bound before the catalogue
+is built, so a port in use fails at once.
 """
 
 from __future__ import annotations
@@ -40,32 +41,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from memrl.envs.asgi import ASGIServer, bind
     from memrl.envs.webshop.engine import WebShopEngine
-    from memrl.envs.webshop.site import WebShopSite, start_server
+    from memrl.envs.webshop.site import WebShopApp, WebShopSite
     from memrl.envs.webshop.world import CatalogueSpec, get_world
 
-    world = get_world(
-        CatalogueSpec(
-            data_dir=args.data_dir,
-            num_products=args.products,
-            seed=args.seed,
-            human_goals=not args.synthetic_goals,
+    sock = bind(args.host, args.port)
+    try:
+        world = get_world(
+            CatalogueSpec(
+                data_dir=args.data_dir,
+                num_products=args.products,
+                seed=args.seed,
+                human_goals=not args.synthetic_goals,
+            )
         )
-    )
+    except BaseException:
+        sock.close()
+        raise
     site = WebShopSite(
         WebShopEngine(world, show_attrs=args.show_attrs), world.split(args.split), seed=args.seed
     )
-    server, thread = start_server(site, args.host, args.port)
+    server = ASGIServer(WebShopApp(site), sock, name="webshop-http")
     print(
         f"WebShop: {len(world.catalogue)} products, {len(site.goal_indices)} {args.split} goals;"
-        f" serving http://{args.host}:{server.server_port}/ (Ctrl-C to stop)",
+        f" serving {server.url}/ (Ctrl-C to stop)",
         flush=True,
     )
     try:
-        thread.join()
+        server.serve_forever()
     except KeyboardInterrupt:
         pass
     finally:
-        server.shutdown()
-        server.server_close()
+        server.stop()
     return 0

@@ -24,7 +24,15 @@ from memrl.envs.doc_qa import resources
 from memrl.envs.doc_qa.scoring import score
 from memrl.envs.doc_qa.tasks import REDRAWS, SPLITS, Task
 from memrl.envs.retrieval.base import Hit, Retriever, check_topk
-from memrl.envs.text import TextTags, text_space
+from memrl.envs.text import (
+    MAX_ACTION_CHARS,
+    TextTags,
+    action_text,
+    clean_text,
+    first_tagged,
+    strip_blocks,
+    text_space,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -89,6 +97,8 @@ class DocQAConfig:
     """End the episode (reward 0) when a response has no action tag, as MEM1 does."""
     max_query_chars: int = 512
     """Longer search queries are refused with an observation saying so."""
+    max_action_chars: int = MAX_ACTION_CHARS
+    """Longer responses are refused unparsed, as a format error (``end_on_format_error``)."""
     max_info_chars: int = 4000
     """Cap on the passages' text in one observation (about 1000 tokens)."""
 
@@ -112,12 +122,6 @@ class DocQAEnv(gym.Env):
         # With synthetic_redraw each task brings its own index, chosen at reset.
         self.retriever: Retriever | None = (
             self._make_retriever() if cfg.synthetic_redraw == "none" else None
-        )
-        self._action = re.compile(
-            rf"<({re.escape(self.tags.search)}|{re.escape(self.tags.answer)})>(.*?)</\1>", re.S
-        )
-        self._state = re.compile(
-            rf"<{re.escape(self.tags.state)}>.*?</{re.escape(self.tags.state)}>", re.S
         )
         self.task: Task | None = None
         self._turn = 0
@@ -199,11 +203,15 @@ class DocQAEnv(gym.Env):
         """Applies one response: a search (passages back), an answer (scored, episode ends)."""
         if self._done or self.task is None:
             raise RuntimeError("DocQAEnv.step() called on a finished episode; call reset() first.")
-        if not isinstance(action, str):
-            action = "" if action is None else str(action)
         self._turn += 1
         turns_left = self.config.max_turns - self._turn
-        kind, content = self._parse(action)
+        text, refused = action_text(action, self.config.max_action_chars)
+        if refused is not None:
+            self._num_format_errors += 1
+            if self.config.end_on_format_error:
+                return self._end(refused + " The episode ends with reward 0.", format_error=True)
+            return self._continue(refused, turns_left, format_error=True)
+        kind, content = self._parse(text)
 
         if kind == self.tags.answer:
             return self._answer(content)
@@ -241,10 +249,10 @@ class DocQAEnv(gym.Env):
 
     def _parse(self, action: str) -> tuple[str | None, str]:
         # Tags written inside the state block are thoughts, not actions.
-        match = self._action.search(self._state.sub(" ", action))
-        if match is None:
-            return None, ""
-        return match.group(1), match.group(2)
+        found = first_tagged(
+            strip_blocks(action, self.tags.state), (self.tags.search, self.tags.answer)
+        )
+        return found if found is not None else (None, "")
 
     def _answer(self, content: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         result = score(content, self.task.targets())
@@ -269,7 +277,8 @@ class DocQAEnv(gym.Env):
 
     def _information(self, body: str) -> str:
         tag = self.tags.information
-        return f"<{tag}>{body}</{tag}>"
+        # Passages from a foreign HTTP server may carry lone surrogates (JSON "\ud800" escapes).
+        return clean_text(f"<{tag}>{body}</{tag}>")
 
     @staticmethod
     def _hint(turns_left: int) -> str:
@@ -318,7 +327,10 @@ def _validate(cfg: DocQAConfig) -> None:
             f"synthetic_passage_words must be an int >= 0 (0: short passages; 100: "
             f"Wikipedia-like), got {words!r}"
         )
-    for name in ("max_turns", "objectives", "num_tasks", "max_query_chars", "max_info_chars"):
+    for name in (
+        "max_turns", "objectives", "num_tasks", "max_query_chars", "max_info_chars",
+        "max_action_chars",
+    ):  # fmt: skip
         value = getattr(cfg, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive int, got {value!r}")

@@ -15,14 +15,14 @@ from collections.abc import Sequence
 ANSWER_SEPARATOR = ";"
 """Separates the answers of the N questions inside one answer block."""
 
-_PUNCTUATION = frozenset(string.punctuation)
+_DROP_PUNCTUATION = str.maketrans("", "", string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 
 
 def normalize_answer(text: str) -> str:
     """SQuAD normalization: lowercase, drop punctuation and articles, collapse whitespace."""
     text = text.lower()
-    text = "".join(ch for ch in text if ch not in _PUNCTUATION)
+    text = text.translate(_DROP_PUNCTUATION)
     text = _ARTICLES.sub(" ", text)
     return " ".join(text.split())
 

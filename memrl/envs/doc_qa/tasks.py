@@ -229,12 +229,13 @@ def synthetic_tasks(
 
 
 def save_tasks(tasks: list[Task], path: str | Path) -> Path:
-    """Writes tasks as parquet (``task_id, questions, answers, source``)."""
+    """Writes tasks as parquet (``task_id, questions, answers, source``), replacing ``path``."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from memrl.envs.files import replacing
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     table = pa.table(
         {
             "task_id": [t.task_id for t in tasks],
@@ -251,7 +252,8 @@ def save_tasks(tasks: list[Task], path: str | Path) -> Path:
             ]
         ),
     )
-    pq.write_table(table, path)
+    with replacing(path) as (partial,):
+        pq.write_table(table, partial)
     return path
 
 

@@ -116,15 +116,19 @@ class BM25Index:
     def save(self, folder: str | Path, extra_meta: dict | None = None) -> Path:
         """Writes the index arrays, vocabulary and parameters into ``folder``.
 
+        The files are written aside and moved in at the end (``files.replacing_files_in``): an
+        index already in the folder stays whole until the new one is complete.
+
         Args:
             folder: target folder (created if needed).
             extra_meta: more keys for ``memrl_index.json`` (e.g. the corpus path).
         """
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        self._model.save(str(folder), show_progress=False)
-        write_index_meta(folder, self, {"tokenizer": "memrl-v1", **(extra_meta or {})})
-        return folder
+        from memrl.envs.files import replacing_files_in
+
+        with replacing_files_in(folder, INDEX_META) as staging:
+            self._model.save(str(staging), show_progress=False)
+            write_index_meta(staging, self, {"tokenizer": "memrl-v1", **(extra_meta or {})})
+        return Path(folder)
 
     @classmethod
     def load(cls, folder: str | Path, mmap: bool = True) -> BM25Index:

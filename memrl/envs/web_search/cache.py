@@ -1,8 +1,9 @@
 """On-disk cache of search results and pages: content-addressed blobs plus a SQLite index.
 
-A request (``{"kind": "page", "url": ...}`` or ``{"kind": "search", "backend": ..., "query": ...}``)
-hashes to a key; the index maps the key to the SHA-256 of the stored JSON, which lives once under
-``blobs/ab/abcdef...`` however many requests point at it. ``replay`` mode answers from the index
+A request (``{"kind": "page", "url": ...}`` or ``{"kind": "search", "backend": ..., "query": ...}``,
+plus the URL policy's fingerprint that ``WebClient`` adds to every request) hashes to a key; the
+index maps the key to the SHA-256 of the stored JSON, which lives once under ``blobs/ab/abcdef...``
+however many requests point at it. ``replay`` mode answers from the index
 only, so a recorded run replays with no network at all.
 """
 

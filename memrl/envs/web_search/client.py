@@ -3,15 +3,19 @@
 This is the env's only door to the web. Its two calls never raise for web failures: a timeout,
 a 404, a crashed browser or a denied URL comes back as an outcome whose ``error`` the env shows
 to the agent.
+
+The URL policy comes before the cache: a page's URL is checked (scheme, host lists, ports, literal
+addresses) before the cache is read, and every cache entry is keyed by the policy's fingerprint,
+so a client never reads what a laxer policy fetched into a shared cache directory.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import logging
 import time
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
 
 from memrl.envs.web_search.backends import SearchFailed, SearchResult, build_backend
 from memrl.envs.web_search.browser import Loaded
@@ -25,7 +29,7 @@ from memrl.envs.web_search.config import (
 )
 from memrl.envs.web_search.extract import Page, extract, is_text_type
 from memrl.envs.web_search.httpclient import HttpClient
-from memrl.envs.web_search.policy import HostRateLimiter, UrlDenied, UrlPolicy
+from memrl.envs.web_search.policy import HostRateLimiter, UrlDenied, UrlPolicy, host_of
 from memrl.envs.web_search.pool import BrowserPool
 
 logger = logging.getLogger(__name__)
@@ -74,6 +78,7 @@ class WebClient:
         self.fetch = fetch or FetchConfig()
         self.search_config = search or SearchConfig()
         self.policy = UrlPolicy(self.safety)
+        self._policy_key = self.policy.fingerprint()
         self.backend = build_backend(self.search_config)
         self.cache = WebCache(cache or CacheConfig())
         self.http = HttpClient(
@@ -103,12 +108,12 @@ class WebClient:
         return self.pool.load(url)
 
     def _http_politeness(self, url: str) -> None:
-        self.limiter.wait((urlsplit(url).hostname or "").lower())
+        self.limiter.wait(host_of(url))
 
     def search(self, query: str) -> SearchOutcome:
         """Results of a query (cached); never raises for web failures."""
         t0 = time.monotonic()
-        request = self.backend.cache_request(query)
+        request = {**self.backend.cache_request(query), "policy": self._policy_key}
         hit = self.cache.get(request)
         if hit is not None:
             results = [SearchResult(**r) for r in hit]
@@ -142,7 +147,11 @@ class WebClient:
     def open(self, url: str) -> PageOutcome:
         """A page's readable text (cached); never raises for web failures."""
         t0 = time.monotonic()
-        request = {"kind": "page", "url": url, "max_links": self.fetch.max_links}
+        try:
+            self._check_literal(url)
+        except UrlDenied as err:
+            return PageOutcome(url, error=f"denied: {err}", seconds=time.monotonic() - t0)
+        request = self._page_request(url)
         hit = self.cache.get(request)
         if hit is not None:
             error = hit.pop("error", "")
@@ -192,12 +201,26 @@ class WebClient:
         transient = loaded.status == 429 or loaded.status >= 500
         if not transient and not any("timed out" in note for note in loaded.notes):
             # Timed-out and server-error pages are not cached: a later visit may do better.
-            stored = page.to_dict()
-            self.cache.put(
-                {"kind": "page", "url": url, "max_links": self.fetch.max_links},
-                {**stored, **({"error": error} if error else {})},
-            )
+            stored = {**page.to_dict(), **({"error": error} if error else {})}
+            self.cache.put(self._page_request(url), stored)
         return PageOutcome(url, page, error=error)
+
+    def _page_request(self, url: str) -> dict:
+        return {
+            "kind": "page",
+            "url": url,
+            "max_links": self.fetch.max_links,
+            "policy": self._policy_key,
+        }
+
+    def _check_literal(self, url: str) -> None:
+        """The policy's checks that need no DNS: scheme, host lists, port, literal addresses."""
+        host, _ = self.policy.check_url(url)
+        try:
+            address = ipaddress.ip_address(host)
+        except ValueError:
+            return
+        self.policy.check_address(host, str(address))
 
     def close(self) -> None:
         """Releases the browser pool reference and the cache."""

@@ -3,7 +3,8 @@
 Same interface as doc-QA (``memrl/envs/text.py``, MEM1 turn format): the agent writes its state
 block, then one action: ``<search>query</search>``, ``<open>N or URL</open>`` (N numbers the
 most recent list shown: search results, or the links under an opened page) or
-``<answer>a1; a2</answer>``. Every web failure becomes an observation; nothing raises.
+``<answer>a1; a2</answer>``. Every web failure becomes an observation; nothing raises. A
+response longer than ``max_action_chars`` ends the episode unparsed, like one with no action.
 """
 
 from __future__ import annotations
@@ -13,7 +14,16 @@ from typing import Any
 
 import gymnasium as gym
 
-from memrl.envs.text import TextTags, text_space
+from memrl.envs.text import (
+    MAX_ACTION_CHARS,
+    TextTags,
+    action_text,
+    clean_text,
+    echo,
+    first_tagged,
+    strip_blocks,
+    text_space,
+)
 from memrl.envs.web_search.client import PageOutcome, SearchOutcome, WebClient
 from memrl.envs.web_search.config import (
     BrowserConfig,
@@ -43,6 +53,7 @@ class WebSearchQAEnv(gym.Env):
         tags: dict[str, str] | TextTags | None = None,
         open_tag: str = "open",
         max_query_chars: int = 300,
+        max_action_chars: int = MAX_ACTION_CHARS,
         browser: dict[str, Any] | BrowserConfig | None = None,
         safety: dict[str, Any] | SafetyConfig | None = None,
         fetch: dict[str, Any] | FetchConfig | None = None,
@@ -58,18 +69,24 @@ class WebSearchQAEnv(gym.Env):
             tags: tag names (``TextTags`` fields: state, search, answer, information).
             open_tag: tag name of the open-page action.
             max_query_chars: longer queries are refused with an observation.
+            max_action_chars: longer responses end the episode unparsed (a format error).
             browser, safety, fetch, cache, search: configs of the web stack (``config.py``).
         """
         if reward not in REWARD_METRICS:
             raise ValueError(f"reward={reward!r}; use one of {list(REWARD_METRICS)}")
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+        if isinstance(max_action_chars, bool) or not isinstance(max_action_chars, int):
+            raise ValueError(f"max_action_chars must be an int, got {max_action_chars!r}")
+        if max_action_chars < 1:
+            raise ValueError(f"max_action_chars must be >= 1, got {max_action_chars}")
         self.tasks = load_tasks(tasks, task_file)
         self.max_turns = max_turns
         self.reward_metric = reward
         self.tags = tags if isinstance(tags, TextTags) else from_dict(TextTags, tags, "tags")
         self.open_tag = open_tag
         self.max_query_chars = max_query_chars
+        self.max_action_chars = max_action_chars
         self.client = WebClient(
             browser=from_dict(BrowserConfig, browser, "browser"),
             safety=from_dict(SafetyConfig, safety, "safety"),
@@ -78,11 +95,6 @@ class WebSearchQAEnv(gym.Env):
             search=from_dict(SearchConfig, search, "search"),
         )
         self.fetch = self.client.fetch
-        names = [re.escape(t) for t in (self.tags.search, open_tag, self.tags.answer)]
-        self._action_re = re.compile(rf"<({'|'.join(names)})>(.*?)</\1>", re.DOTALL)
-        self._state_re = re.compile(
-            rf"<{re.escape(self.tags.state)}>.*?</{re.escape(self.tags.state)}>", re.DOTALL
-        )
         self.observation_space = text_space()
         self.action_space = text_space()
         self._task: dict[str, Any] = self.tasks[0]
@@ -123,9 +135,13 @@ class WebSearchQAEnv(gym.Env):
                 self._info(format_error=True),
             )
         self._turn += 1
-        text = action if isinstance(action, str) else str(action)
-        match = self._action_re.search(self._state_re.sub("", text))
-        if match is None:
+        text, refused = action_text(action, self.max_action_chars)
+        actions = (self.tags.search, self.open_tag, self.tags.answer)
+        found = None if refused else first_tagged(strip_blocks(text, self.tags.state, ""), actions)
+        if refused:
+            self._done = True
+            return refused + " The episode ends.", 0.0, True, False, self._info(format_error=True)
+        if found is None:
             self._done = True
             allowed = ", ".join(
                 f"<{t}>...</{t}>" for t in (self.tags.search, self.open_tag, self.tags.answer)
@@ -137,7 +153,7 @@ class WebSearchQAEnv(gym.Env):
                 False,
                 self._info(format_error=True),
             )
-        tag, body = match.group(1), match.group(2).strip()
+        tag, body = found[0], found[1].strip()
         if tag == self.tags.answer:
             return self._answer(body)
         if not body:
@@ -195,12 +211,14 @@ class WebSearchQAEnv(gym.Env):
 
     def _open(self, target: str) -> tuple[str, bool]:
         """The observation body of an open action, and whether the action was malformed."""
-        if target.isdigit():
-            number = int(target)
+        if target.isascii() and target.isdigit():
+            # int() of thousands of digits raises; no list is that long anyway.
+            number = int(target) if len(target) <= 6 else 0
             if not 1 <= number <= len(self._listing):
                 shown = f"1..{len(self._listing)}" if self._listing else "none (search first)"
                 return (
-                    f"Error: there is no item {number} in the last list (numbers: {shown}).",
+                    f"Error: there is no item {echo(target, 20)} in the last list "
+                    f"(numbers: {shown}).",
                     True,
                 )
             url = self._listing[number - 1][1]
@@ -209,7 +227,7 @@ class WebSearchQAEnv(gym.Env):
         else:
             return (
                 "Error: open takes a number from the last list of results or links, or an "
-                f"http(s) URL; got {target[:80]!r}.",
+                f"http(s) URL; got {echo(target, 80)!r}.",
                 True,
             )
         self._counts["num_opens"] += 1
@@ -219,11 +237,11 @@ class WebSearchQAEnv(gym.Env):
             self._counts["web_errors"] += 1
         page = outcome.page
         if page is None:
-            return f"Error: could not open {url}: {outcome.error}", False
+            return f"Error: could not open {echo(url)}: {echo(outcome.error, 400)}", False
         text, total = truncate_tokens(page.text, self.fetch.max_page_tokens)
         lines = []
         if outcome.error:
-            lines.append(f"Error: {url} answered {outcome.error}; its page says:")
+            lines.append(f"Error: {echo(url)} answered {outcome.error}; its page says:")
         lines.append(f"Page(Title: {page.title or '(no title)'}) URL: {page.url}")
         lines += [f"[Note: {note}]" for note in page.notes]
         lines.append(text or "(the page has no readable text)")
@@ -252,7 +270,7 @@ class WebSearchQAEnv(gym.Env):
         if truncated:
             self._done = True
         info_tag = self.tags.information
-        obs = f"<{info_tag}>{self._hint()}\n{body}\n</{info_tag}>"
+        obs = clean_text(f"<{info_tag}>{self._hint()}\n{body}\n</{info_tag}>")
         return obs, 0.0, False, truncated, self._info(format_error=format_error)
 
     def _info(self, format_error: bool, em: float = 0.0, f1: float = 0.0) -> dict[str, Any]:

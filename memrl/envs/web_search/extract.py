@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from typing import Any
-from urllib.parse import urldefrag, urljoin, urlsplit
+from urllib.parse import urldefrag, urlsplit
+
+from memrl.envs.web_search.policy import join_url
 
 _DROP_TAGS = (
     "script",
@@ -141,7 +143,10 @@ def _links(region: Any, base_url: str, max_links: int) -> list[tuple[str, str]]:
     seen: set[str] = set()
     links: list[tuple[str, str]] = []
     for anchor in region.find_all("a", href=True):
-        url = urldefrag(urljoin(base_url, anchor["href"].strip()))[0]
+        joined = join_url(base_url, anchor["href"].strip())
+        if joined is None:  # a link no URL parser accepts: not a link to offer
+            continue
+        url = urldefrag(joined)[0]
         if urlsplit(url).scheme not in ("http", "https") or url == page or url in seen:
             continue
         seen.add(url)

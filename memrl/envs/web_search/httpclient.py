@@ -13,9 +13,9 @@ import socket
 import ssl
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlencode, urljoin, urlsplit
+from urllib.parse import urlencode, urlsplit
 
-from memrl.envs.web_search.policy import UrlDenied, UrlPolicy
+from memrl.envs.web_search.policy import UrlDenied, UrlPolicy, join_url
 
 MAX_REDIRECTS = 5
 
@@ -95,7 +95,13 @@ class HttpClient:
         for _ in range(MAX_REDIRECTS + 1):
             response = self._once(method, url, send_headers, body)
             if response.status in (301, 302, 303, 307, 308) and "location" in response.headers:
-                url = urljoin(url, response.headers["location"])
+                location = response.headers["location"]
+                target = join_url(url, location)
+                if target is None:
+                    raise HttpError(
+                        f"{url} redirects to a malformed URL {location[:100]!r}", transient=False
+                    )
+                url = target
                 if response.status == 303 or (response.status in (301, 302) and method == "POST"):
                     method, body = "GET", None
                 continue

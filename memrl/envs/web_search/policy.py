@@ -3,24 +3,67 @@
 ``UrlPolicy.resolve`` is the one gate: the filtering proxy (``proxy.py``) calls it for every
 request the browser or the HTTP client makes, redirects included, and connects to the address it
 vetted, so a second DNS answer cannot slip a private address in between check and connect.
+
+IPv6 forms that carry an IPv4 address are judged by it, since a translator or a dual-stack
+socket may deliver them there: IPv4-mapped addresses (``::ffff:a.b.c.d``) count as the IPv4
+address itself; NAT64 (``64:ff9b::/96``) and 6to4 (``2002::/16``) addresses pass only when the
+IPv4 address they embed is global; the deprecated IPv4-compatible (``::a.b.c.d``) and
+IPv4-translated (``::ffff:0:a.b.c.d``) forms, local-use NAT64 (``64:ff9b:1::/48``) and
+site-local addresses (``fec0::/10``) are never global.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import ipaddress
+import json
 import socket
 import threading
 import time
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urljoin, urlsplit
 
 from memrl.envs.web_search.config import SafetyConfig
 
 ALLOWED_SCHEMES = ("http", "https")
 
+_IPV4_COMPATIBLE = ipaddress.ip_network("::/96")
+_IPV4_TRANSLATED = ipaddress.ip_network("::ffff:0:0:0/96")
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+_NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")
+_SIX_TO_FOUR = ipaddress.ip_network("2002::/16")
+_SITE_LOCAL = ipaddress.ip_network("fec0::/10")
+
 
 class UrlDenied(Exception):
     """A URL or host that the safety policy refuses; the message says why."""
+
+
+def split_url(url: str) -> SplitResult | None:
+    """``urlsplit`` for URLs from the web: None where the standard library raises (unbalanced
+    brackets, a bracketed host that is no IPv6 address), so page content cannot crash a reader."""
+    try:
+        parts = urlsplit(url)
+        parts.hostname  # noqa: B018 (parsed lazily; raises for "http://[x]/")
+    except ValueError:
+        return None
+    return parts
+
+
+def join_url(base: str, link: str) -> str | None:
+    """``urljoin`` for links and redirects from the web: None for what cannot be parsed."""
+    try:
+        url = urljoin(base, link)
+    except ValueError:
+        return None
+    return url if split_url(url) is not None else None
+
+
+def host_of(url: str) -> str:
+    """The lower-cased host of a URL, or "" when it has none or cannot be parsed."""
+    parts = split_url(url)
+    return (parts.hostname or "") if parts is not None else ""
 
 
 @dataclass(frozen=True)
@@ -62,13 +105,17 @@ class UrlPolicy:
         """Checks scheme and host lists (no DNS); returns (host, port).
 
         Raises:
-            UrlDenied: the scheme is not http(s), there is no host, or a host list refuses it.
+            UrlDenied: the URL is malformed, the scheme is not http(s), there is no host, or a
+                host list refuses it.
         """
-        parts = urlsplit(url)
+        parts = split_url(url)
+        if parts is None:  # brackets that hold no IPv6 address, unbalanced brackets
+            raise UrlDenied(f"URL {url[:100]!r} is malformed (its host cannot be parsed)")
+        hostname = parts.hostname
         scheme = parts.scheme.lower()
         if scheme not in ALLOWED_SCHEMES:
             raise UrlDenied(f"scheme {scheme or '(none)'!r} is not allowed (only http and https)")
-        host = (parts.hostname or "").lower().rstrip(".")
+        host = (hostname or "").lower().rstrip(".")
         if not host:
             raise UrlDenied(f"URL {url!r} has no host")
         try:
@@ -95,26 +142,32 @@ class UrlPolicy:
         ip = ipaddress.ip_address(address.split("%", 1)[0])
         if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
             ip = ip.ipv4_mapped
-        if any(ip in net for net in self._allowed_nets):
+        if any(ip in net for net in self._allowed_nets) or self.config.allow_private:
             return
-        if ip.is_global and not ip.is_multicast:
-            return
-        if self.config.allow_private:
-            return
-        kind = (
-            "unspecified"
-            if ip.is_unspecified
-            else "loopback"
-            if ip.is_loopback
-            else "link-local"
-            if ip.is_link_local
-            else "private"
-            if ip.is_private
-            else "multicast"
-            if ip.is_multicast
-            else "non-global"
-        )
-        raise UrlDenied(f"host {host!r} resolves to {kind} address {ip}, which is denied")
+        if isinstance(ip, ipaddress.IPv6Address):
+            form, embedded = _ipv4_form(ip)
+            if form:
+                kind = _kind(embedded) if embedded is not None else ""
+                inner = (
+                    f" (it embeds the {kind + ' ' if kind else ''}IPv4 address {embedded})"
+                    if embedded is not None
+                    else ""
+                )
+                if embedded is None or form not in ("NAT64", "6to4") or kind:
+                    raise UrlDenied(
+                        f"host {host!r} resolves to {form} address {ip}{inner}, which is denied"
+                    )
+                return
+        kind = _kind(ip)
+        if kind:
+            raise UrlDenied(f"host {host!r} resolves to {kind} address {ip}, which is denied")
+
+    def fingerprint(self) -> str:
+        """A short digest of the safety config: what was fetched under one policy is cached
+        under its fingerprint, so a stricter policy never reads a laxer one's pages."""
+        fields = dataclasses.asdict(self.config)
+        payload = json.dumps(fields, sort_keys=True, default=list)
+        return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
     def resolve(self, host: str, port: int) -> Vetted:
         """Host checks, DNS, and the address check of every answer; returns one vetted address.
@@ -131,6 +184,34 @@ class UrlPolicy:
         for address in addresses:
             self.check_address(host, address)
         return Vetted(host=host, port=port, address=addresses[0])
+
+
+def _kind(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
+    """Why an address is not global (e.g. "loopback"), or "" for a global unicast address."""
+    if ip.is_global and not ip.is_multicast:
+        return ""
+    for kind in ("unspecified", "loopback", "link-local", "private", "multicast"):
+        if getattr(ip, f"is_{kind.replace('-', '_')}"):
+            return kind
+    return "non-global"
+
+
+def _ipv4_form(ip: ipaddress.IPv6Address) -> tuple[str, ipaddress.IPv4Address | None]:
+    """The IPv4-carrying form of an IPv6 address and the IPv4 address inside, or ("", None)."""
+    low32 = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    if ip in _IPV4_COMPATIBLE and int(ip) > 1:  # :: and ::1 are judged as themselves
+        return "IPv4-compatible", low32
+    if ip in _IPV4_TRANSLATED:
+        return "IPv4-translated", low32
+    if ip in _NAT64:
+        return "NAT64", low32
+    if ip in _NAT64_LOCAL:
+        return "local-use NAT64", None
+    if ip in _SIX_TO_FOUR:
+        return "6to4", ip.sixtofour
+    if ip in _SITE_LOCAL:
+        return "site-local", None
+    return "", None
 
 
 class HostRateLimiter:

@@ -22,9 +22,9 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urlsplit
 
-from memrl.envs.web_search.policy import UrlDenied, UrlPolicy
+from memrl.envs.web_search.policy import UrlDenied, UrlPolicy, join_url
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +44,8 @@ _HOP_HEADERS = frozenset(
     ]
 )
 _CHUNK = 64 * 1024
+MAX_REQUEST_BODY = 1_000_000
+"""Largest request body the proxy forwards (form posts; the browser uploads nothing bigger)."""
 
 
 @dataclass(frozen=True)
@@ -134,6 +136,12 @@ class _Handler(BaseHTTPRequestHandler):
     def proxy(self) -> SafetyProxy:
         return self.server.proxy
 
+    def setup(self) -> None:
+        # A client that stops sending (half a request line, a short body) gets its connection
+        # closed after the proxy's timeout instead of holding a thread forever.
+        self.timeout = self.proxy.timeout_s
+        super().setup()
+
     def _refuse(self, url: str, reason: str) -> None:
         self.proxy.record(method=self.command, url=url, status=403, blocked=reason)
         logger.info("blocked %s %s: %s", self.command, url, reason)
@@ -154,9 +162,12 @@ class _Handler(BaseHTTPRequestHandler):
         self.close_connection = True
 
     def _bad_gateway(self, url: str, error: str) -> None:
-        self.proxy.record(method=self.command, url=url, status=502, error=error)
-        body = f"memrl proxy: upstream error: {error}".encode()
-        self.send_response(502, "Bad Gateway")
+        self._fail(url, 502, f"upstream error: {error}", error)
+
+    def _fail(self, url: str, status: int, message: str, error: str = "") -> None:
+        self.proxy.record(method=self.command, url=url, status=status, error=error or message)
+        body = f"memrl proxy: {message}".encode()
+        self.send_response(status)
         self.send_header("Content-Type", "text/plain; charset=utf-8")
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Connection", "close")
@@ -203,8 +214,18 @@ class _Handler(BaseHTTPRequestHandler):
         except UrlDenied as err:
             self._refuse(url, str(err))
             return
-        length = int(self.headers.get("Content-Length") or 0)
+        declared = self.headers.get("Content-Length") or "0"
+        length = int(declared) if declared.isascii() and declared.isdigit() else -1
+        if length < 0:
+            self._fail(url, 400, f"bad Content-Length {declared[:40]!r}")
+            return
+        if length > MAX_REQUEST_BODY:
+            self._fail(url, 413, f"request body of {length} bytes; at most {MAX_REQUEST_BODY}")
+            return
         body = self.rfile.read(length) if length else None
+        if body is not None and len(body) < length:
+            self.close_connection = True  # the client hung up mid-body
+            return
         path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         conn = http.client.HTTPConnection(vetted.address, port, timeout=self.proxy.timeout_s)
         try:
@@ -248,7 +269,7 @@ class _Handler(BaseHTTPRequestHandler):
             url=url,
             status=resp.status,
             content_type=resp.getheader("Content-Type", ""),
-            location=urljoin(url, resp.getheader("Location", ""))
+            location=join_url(url, resp.getheader("Location", "")) or ""
             if resp.getheader("Location")
             else "",
             bytes=sent,

@@ -3,14 +3,15 @@
 It has a search engine (HTML results in its own markup, a SearXNG-style HTML and JSON endpoint,
 and a Serper-style JSON API that checks an API key), article pages about invented facts, and the
 hard cases: a page built by JavaScript after load, a slow page, a 404, redirects to private and
-link-local addresses, a huge page, a binary file and a plain-text file. ``LocalSite.tasks()``
-gives QA tasks whose answers are on its pages.
+link-local addresses, a redirect and links to malformed URLs, a huge page, a binary file and a
+plain-text file. ``LocalSite.tasks()`` gives QA tasks whose answers are on its pages.
 """
 
 from __future__ import annotations
 
 import html
 import json
+import logging
 import threading
 import time
 from collections import Counter
@@ -43,6 +44,8 @@ ARTICLES: dict[str, tuple[str, str]] = {
 
 JS_FACT = "The Glimmer Bridge was completed in 1874 and is 640 metres long."
 """Only present once the page's script has run (twice delayed, after the load event)."""
+
+logger = logging.getLogger(__name__)
 
 BINARY_BYTES = bytes(range(256)) * 800
 
@@ -104,8 +107,13 @@ def _catalogue(base: str) -> list[tuple[str, str, str]]:
     return entries
 
 
+MAX_BODY_BYTES = 1_000_000
+"""Largest POST body the site reads (its API takes a query of a few words)."""
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    timeout = 30.0  # a client that stops mid-request is dropped, not waited on forever
     server: _Server
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (stdlib signature)
@@ -150,7 +158,12 @@ class _Handler(BaseHTTPRequestHandler):
         self._route("HEAD", b"")
 
     def do_POST(self) -> None:  # noqa: N802 (stdlib naming)
-        length = int(self.headers.get("Content-Length") or 0)
+        declared = self.headers.get("Content-Length") or "0"
+        if not (declared.isascii() and declared.isdigit()) or int(declared) > MAX_BODY_BYTES:
+            self.close_connection = True
+            self._send(413, b"body missing a valid Content-Length or over 1 MB", "text/plain")
+            return
+        length = int(declared)
         self._route("POST", self.rfile.read(length) if length else b"")
 
     def _route(self, method: str, body: bytes) -> None:
@@ -203,6 +216,18 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(302, b"", headers={"Location": "http://169.254.169.254/latest/meta-data/"})
         elif path == "/redirect-https-private":
             self._send(302, b"", headers={"Location": "https://10.255.255.1/secret"})
+        elif path == "/redirect-malformed":
+            self._send(302, b"", headers={"Location": "http://[not-an-address/x"})
+        elif path == "/bad-links":
+            links = "<a href='http://[x'>unbalanced</a> <a href='http://[nohost]/'>bracketed</a>"
+            body = f"<h1>Bad links</h1><p>Links no parser accepts. {links}</p>"
+            self._send(200, _page("Bad links", body + "<a href='/page/ada-brisk'>Ada</a>"))
+        elif path == "/lone-surrogate":
+            script = (
+                "<script>document.getElementById('s').textContent = "
+                "'A lone ' + String.fromCharCode(0xD800) + ' surrogate in the text.';</script>"
+            )
+            self._send(200, _page("Lone surrogate", f"<p id='s'>loading</p>{script}"))
         elif path == "/redirect-ok":
             self._send(302, b"", headers={"Location": "/page/zorbania"})
         elif path == "/huge":
@@ -234,6 +259,10 @@ class _Handler(BaseHTTPRequestHandler):
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     site: LocalSite
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        # Clients that hang up mid-answer (a cut page, a timed-out load) are routine here.
+        logger.debug("local site: request from %s failed", client_address, exc_info=True)
 
 
 class LocalSite:

@@ -7,21 +7,52 @@ of each tag (else reward ``format_penalty`` and the episode ends), and the obser
 With ``action_format="raw"`` actions are bare ``search[...]`` / ``click[...]`` strings and the
 observation is the page text alone (the original's text mode). Invalid page actions are no-ops
 with a message, the episode is truncated after ``max_turns`` actions, and ``click[buy now]``
-ends it with the WebShop reward.
+ends it with the WebShop reward. An action longer than ``max_action_chars`` is refused unparsed:
+a malformed turn in the MEM1 format, an invalid no-op in the raw format.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import gymnasium as gym
 
-from memrl.envs.text import text_space
-from memrl.envs.webshop.engine import OBSERVATION_MODES, Session, WebShopEngine
+from memrl.envs.text import MAX_ACTION_CHARS, action_text, clean_text, text_space
+from memrl.envs.webshop.engine import OBSERVATION_MODES, Session, StepResult, WebShopEngine
 from memrl.envs.webshop.world import CatalogueSpec, get_world
 
 ACTION_FORMATS = ("mem1", "raw")
+PAGE_ACTIONS = ("search[", "click[")
+
+
+def parse_mem1_turn(action: str, think: str, summary: str, answer: str) -> str | None:
+    """The stripped answer of a well-formed MEM1 turn, else None.
+
+    Well-formed: ``<think>..</think><summary>..</summary><answer>..</answer>`` with only
+    whitespace around and between the blocks, each opening tag exactly once, and an answer of the
+    form ``search[..]`` or ``click[..]``. Each block ends at the closing tag right before the next
+    block (or, for the answer, at the end), so the scan is linear in the action's length.
+    """
+    openings = [f"<{think}>", f"<{summary}>", f"<{answer}>"]
+    closings = [f"</{think}>", f"</{summary}>", f"</{answer}>"]
+    if any(action.count(tag) != 1 for tag in openings):
+        return None
+    starts = [action.find(tag) for tag in openings]
+    if action[: starts[0]].strip():
+        return None
+    bounds = [*starts[1:], len(action)]
+    content = ""
+    for start, opening, closing, bound in zip(starts, openings, closings, bounds, strict=True):
+        begin = start + len(opening)
+        block = action[begin:bound].rstrip() if begin <= bound else ""
+        if begin > bound or not block.endswith(closing):
+            return None
+        content = block[: len(block) - len(closing)]
+    content = content.strip()
+    arg_start = next((len(p) for p in PAGE_ACTIONS if content.startswith(p)), 0)
+    if not arg_start or not content.endswith("]") or len(content) < arg_start + 2:
+        return None
+    return content
 
 
 class WebShopEnv(gym.Env):
@@ -42,6 +73,7 @@ class WebShopEnv(gym.Env):
         backend: ``local`` (one world per process) or ``ray`` (a named Ray actor serves it).
         service_name: name of the Ray actor for ``backend="ray"``.
         think_tag, summary_tag, answer_tag, state_tag: tag names of the MEM1 format.
+        max_action_chars: longer actions are refused unparsed (see the module docstring).
     """
 
     metadata = {"render_modes": []}
@@ -64,6 +96,7 @@ class WebShopEnv(gym.Env):
         summary_tag: str = "summary",
         answer_tag: str = "answer",
         state_tag: str = "state",
+        max_action_chars: int = MAX_ACTION_CHARS,
     ) -> None:
         if observation_mode not in OBSERVATION_MODES:
             raise ValueError(
@@ -73,6 +106,10 @@ class WebShopEnv(gym.Env):
             raise ValueError(f"action_format={action_format!r} is not one of {ACTION_FORMATS}.")
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns}.")
+        if isinstance(max_action_chars, bool) or not isinstance(max_action_chars, int):
+            raise ValueError(f"max_action_chars must be an int, got {max_action_chars!r}.")
+        if max_action_chars < 1:
+            raise ValueError(f"max_action_chars must be >= 1, got {max_action_chars}.")
         spec = CatalogueSpec(
             data_dir=data_dir, num_products=num_products, seed=seed, human_goals=human_goals
         )
@@ -97,16 +134,13 @@ class WebShopEnv(gym.Env):
         self.action_format = action_format
         self.max_turns = max_turns
         self.format_penalty = format_penalty
+        self.max_action_chars = max_action_chars
         self.tags = {
             "think": think_tag,
             "summary": summary_tag,
             "answer": answer_tag,
             "state": state_tag,
         }
-        th, su, an = (re.escape(t) for t in (think_tag, summary_tag, answer_tag))
-        self._turn_re = re.compile(
-            rf"^\s*<{th}>(.*?)</{th}>\s*<{su}>(.*?)</{su}>\s*<{an}>(.*?)</{an}>\s*$", re.DOTALL
-        )
         self.observation_space = text_space()
         self.action_space = text_space()
         self.session: Session | None = None
@@ -147,24 +181,20 @@ class WebShopEnv(gym.Env):
             raise RuntimeError("Call reset() before step().")
         self.turn += 1
         info: dict[str, Any] = {"format_error": False, "score": 0.0, "success": False}
-        page_action = action
+        text, refused = action_text(action, self.max_action_chars)
         if self.action_format == "mem1":
-            m = self._turn_re.match(action)
-            tag_counts = [
-                action.count(f"<{t}>")
-                for t in (self.tags["think"], self.tags["summary"], self.tags["answer"])
-            ]
-            answer = m.group(3).strip() if m else ""
-            if (
-                m is None
-                or tag_counts != [1, 1, 1]
-                or not re.fullmatch(r"(search|click)\[.+\]", answer, re.DOTALL)
-            ):
-                info.update(format_error=True, valid=False, message=self._format_help())
-                obs = self._wrap(f"Invalid response format. {self._format_help()}")
+            tags = (self.tags["think"], self.tags["summary"], self.tags["answer"])
+            answer = None if refused else parse_mem1_turn(text, *tags)
+            if answer is None:
+                message = refused or self._format_help()
+                info.update(format_error=True, valid=False, message=message)
+                obs = self._wrap(refused or f"Invalid response format. {self._format_help()}")
                 return obs, float(self.format_penalty), True, False, info
-            page_action = answer
-        result = self.engine.step(self.session, page_action)
+            text = answer
+        if refused is None:
+            result = self.engine.step(self.session, text)
+        else:
+            result = StepResult(0.0, False, False, refused)
         info.update(valid=result.valid, message=result.message)
         if result.done and result.valid:
             info.update(
@@ -191,7 +221,7 @@ class WebShopEnv(gym.Env):
     def _observation(self, message: str = "") -> str:
         page = self.page_text()
         if self.action_format == "raw":
-            return page
+            return clean_text(page)
         return self._wrap(page, message)
 
     def _wrap(self, page: str, message: str = "") -> str:
@@ -205,7 +235,7 @@ class WebShopEnv(gym.Env):
         ]
         note = f"Invalid action: {message}\n" if message else ""
         st = self.tags["state"]
-        return (
+        return clean_text(
             f"<{st}>[HINT]{hint}[/HINT]\n{note}{page}\n"
             f"Current available actions: [{', '.join(listed)}]</{st}>"
         )

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from memrl.envs.files import replacing
 from memrl.envs.webshop.vocab import (
     BRAND_SYLLABLES,
     DESCRIPTION_SENTENCES,
@@ -181,10 +182,8 @@ class _Writer:
         return {"instruction": text, "instruction_attributes": attrs, "instruction_options": values}
 
 
-def iter_catalogue(
-    num_products: int, seed: int = 0, num_instructions: int | None = None
-) -> Iterator[tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]]:
-    """Yields ``(product record, items_ins_v2 entry, human instructions)`` per product.
+def check_counts(num_products: int, num_instructions: int | None = None) -> int:
+    """Validates a catalogue's size; returns the number of human instructions to write.
 
     Raises:
         ValueError: num_products outside [100, 1M] or a negative instruction count.
@@ -194,9 +193,21 @@ def iter_catalogue(
             f"num_products must be in [{MIN_PRODUCTS}, {MAX_PRODUCTS}], got {num_products}."
         )
     if num_instructions is None:
-        num_instructions = default_num_instructions(num_products)
+        return default_num_instructions(num_products)
     if num_instructions < 0:
         raise ValueError(f"num_instructions must be >= 0, got {num_instructions}.")
+    return num_instructions
+
+
+def iter_catalogue(
+    num_products: int, seed: int = 0, num_instructions: int | None = None
+) -> Iterator[tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]]:
+    """Yields ``(product record, items_ins_v2 entry, human instructions)`` per product.
+
+    Raises:
+        ValueError: num_products outside [100, 1M] or a negative instruction count.
+    """
+    num_instructions = check_counts(num_products, num_instructions)
     # Which products get how many human instructions: spread evenly, then shuffled by seed.
     counts = [num_instructions // num_products] * num_products
     for i in random.Random(seed + 1).sample(range(num_products), num_instructions % num_products):
@@ -213,20 +224,30 @@ def generate_catalogue(
 ) -> dict[str, Path]:
     """Writes the three WebShop files of a synthetic catalogue into ``out_dir``.
 
+    The counts are checked before anything is written, and the files are written aside and
+    renamed over those in ``out_dir`` only when all three are complete.
+
     Returns:
         ``{"products": ..., "attributes": ..., "human": ...}`` paths.
+
+    Raises:
+        ValueError: num_products outside [100, 1M], a negative instruction count, or ``out_dir``
+            is a file.
     """
+    check_counts(num_products, num_instructions)
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"{str(out)!r} is a file; give a folder for the catalogue.")
     paths = {
         "products": out / "items_shuffle.json",
         "attributes": out / "items_ins_v2.json",
         "human": out / "items_human_ins.json",
     }
     with (
-        open(paths["products"], "w", encoding="utf-8") as fp,
-        open(paths["attributes"], "w", encoding="utf-8") as fa,
-        open(paths["human"], "w", encoding="utf-8") as fh,
+        replacing(*paths.values()) as (products, attributes, human),
+        open(products, "w", encoding="utf-8") as fp,
+        open(attributes, "w", encoding="utf-8") as fa,
+        open(human, "w", encoding="utf-8") as fh,
     ):
         fp.write("[\n")
         fa.write("{\n")

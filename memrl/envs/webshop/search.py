@@ -21,6 +21,8 @@ logger = logging.getLogger(__name__)
 
 SEARCH_RETURN_N = 50
 """Results per search (the original's SEARCH_RETURN_N)."""
+MAX_CACHED_QUERY_CHARS = 1000
+"""Longer queries are searched uncached, so the result cache stays small whatever agents type."""
 
 
 class SearchIndex:
@@ -52,6 +54,8 @@ class SearchIndex:
 
     def search(self, query: str, k: int = SEARCH_RETURN_N) -> list[int]:
         """Positions of the top-k documents for a query (only positive scores), best first."""
+        if len(query) > MAX_CACHED_QUERY_CHARS:
+            return list(self._search(query, k))
         return list(self._search_cached(query, k))
 
     def _search(self, query: str, k: int) -> tuple[int, ...]:

@@ -1,6 +1,8 @@
 """WebShop as a real web site: the engine's pages rendered as HTML forms over HTTP.
 
-Standard library only (``http.server.ThreadingHTTPServer``). Routes:
+An ASGI app (``WebShopApp``, Starlette requests and responses) served by uvicorn
+(``memrl.envs.asgi``): form bodies are capped at ``MAX_FORM_BYTES`` and must arrive within a
+deadline; ``HEAD`` and ``OPTIONS`` are answered. Routes:
 
 - ``GET /`` : a new session for a random goal of the split, or ``GET /?goal=I`` for the I-th goal
   of the split; redirects to the session page;
@@ -24,13 +26,16 @@ import random
 import secrets
 import threading
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs, quote, urlparse
+from urllib.parse import parse_qs, quote
 
+from memrl.envs.asgi import BODY_TIMEOUT_S, ASGIServer, BodyError, bind, read_body
 from memrl.envs.webshop.engine import Element, Session, WebShopEngine
 
 logger = logging.getLogger(__name__)
+
+MAX_FORM_BYTES = 64 * 1024
+"""Largest form body the site reads (a search box and a button)."""
 
 _STYLE = """
 body{font-family:sans-serif;margin:2em;max-width:60em}
@@ -163,84 +168,109 @@ class WebShopSite:
         return "".join(parts)
 
 
-def make_handler(site: WebShopSite) -> type[BaseHTTPRequestHandler]:
-    """A request handler class bound to a site."""
+class WebShopApp:
+    """The ASGI application of a site (routes in the module docstring).
 
-    class Handler(BaseHTTPRequestHandler):
-        server_version = "memrl-webshop/1"
+    Args:
+        site: the sessions and their pages.
+        body_timeout_s: longest a client may take to send a form (then 408).
+    """
 
-        def log_message(self, fmt: str, *args: Any) -> None:
-            logger.debug("%s - " + fmt, self.address_string(), *args)
+    def __init__(self, site: WebShopSite, body_timeout_s: float = BODY_TIMEOUT_S) -> None:
+        self.site = site
+        self.body_timeout_s = body_timeout_s
 
-        def _send(self, status: int, body: str, ctype: str = "text/html; charset=utf-8") -> None:
-            data = body.encode("utf-8")
-            self.send_response(status)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(data)))
-            self.send_header("Cache-Control", "no-store")
-            self.end_headers()
-            self.wfile.write(data)
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        from starlette.requests import Request
 
-        def _redirect(self, location: str) -> None:
-            self.send_response(HTTPStatus.SEE_OTHER)
-            self.send_header("Location", location)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
+        if scope["type"] != "http":
+            return
+        response = await self._route(Request(scope, receive))
+        await response(scope, receive, send)
 
-        def _form(self) -> dict[str, list[str]]:
-            length = int(self.headers.get("Content-Length") or 0)
-            raw = self.rfile.read(length).decode("utf-8") if length else ""
-            return parse_qs(raw)
+    async def _route(self, request: Any):
+        from starlette.concurrency import run_in_threadpool
 
-        def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
-            self._route("GET")
+        site, method = self.site, request.method
+        parts = [p for p in request.url.path.split("/") if p]
+        allowed = _allowed(parts)
+        if allowed is None or (parts[:1] == ["s"] and parts[1] not in site.sessions):
+            return _html(404, "<p>No such page or session. <a href='/'>Start shopping</a></p>")
+        if method == "OPTIONS":
+            return _response(204, b"", "text/plain", {"allow": ", ".join(allowed)})
+        if method not in allowed:
+            return _html(405, "<p>Method not allowed.</p>", {"allow": ", ".join(allowed)})
+        try:
+            if not parts:
+                goal = request.query_params.get("goal")
+                sid = site.new_session(int(goal) if goal is not None else None)
+                return _redirect(f"/s/{sid}")
+            sid = parts[1]
+            if len(parts) == 2:
+                return _html(200, await run_in_threadpool(site.render, sid))
+            if parts[2] == "state.json":
+                body = json.dumps(site.state(sid)).encode("utf-8")
+                return _response(200, body, "application/json")
+            if method == "POST":
+                form = await self._form(request)
+            else:
+                form = parse_qs(request.url.query)
+            if parts[2] == "search":
+                action = f"search[{form.get('search_query', [''])[0]}]"
+            else:
+                action = f"click[{form.get('element', [''])[0]}]"
+            await run_in_threadpool(site.act, sid, action)
+            return _redirect(f"/s/{sid}")
+        except BodyError as err:
+            return _html(err.status, f"<p>{html.escape(str(err))}</p>", {"connection": "close"})
+        except (ValueError, KeyError) as err:  # a bad goal number; a session dropped meanwhile
+            return _html(HTTPStatus.BAD_REQUEST, f"<p>{html.escape(str(err))}</p>")
 
-        def do_POST(self) -> None:  # noqa: N802
-            self._route("POST")
+    async def _form(self, request: Any) -> dict[str, list[str]]:
+        body = await read_body(request, MAX_FORM_BYTES, self.body_timeout_s)
+        return parse_qs(body.decode("utf-8", "replace"))
 
-        def _route(self, method: str) -> None:
-            url = urlparse(self.path)
-            query = parse_qs(url.query)
-            parts = [p for p in url.path.split("/") if p]
-            try:
-                if not parts and method == "GET":
-                    goal = int(query["goal"][0]) if "goal" in query else None
-                    self._redirect(f"/s/{site.new_session(goal)}")
-                    return
-                if len(parts) < 2 or parts[0] != "s" or parts[1] not in site.sessions:
-                    self._send(
-                        HTTPStatus.NOT_FOUND,
-                        "<p>No such page or session. <a href='/'>Start shopping</a></p>",
-                    )
-                    return
-                sid = parts[1]
-                if len(parts) == 2 and method == "GET":
-                    self._send(HTTPStatus.OK, site.render(sid))
-                elif parts[2:] == ["state.json"]:
-                    self._send(HTTPStatus.OK, json.dumps(site.state(sid)), "application/json")
-                elif parts[2:] == ["search"] and method == "POST":
-                    keywords = self._form().get("search_query", [""])[0]
-                    site.act(sid, f"search[{keywords}]")
-                    self._redirect(f"/s/{sid}")
-                elif parts[2:] == ["click"]:
-                    fields = self._form() if method == "POST" else query
-                    site.act(sid, f"click[{fields.get('element', [''])[0]}]")
-                    self._redirect(f"/s/{sid}")
-                else:
-                    self._send(HTTPStatus.NOT_FOUND, "<p>Unknown route.</p>")
-            except ValueError as err:
-                self._send(HTTPStatus.BAD_REQUEST, f"<p>{html.escape(str(err))}</p>")
 
-    return Handler
+def _allowed(parts: list[str]) -> tuple[str, ...] | None:
+    """The methods a path takes, or None for a path the site does not have."""
+    if not parts:
+        return ("GET", "HEAD", "OPTIONS")
+    if parts[0] != "s" or len(parts) < 2 or len(parts) > 3:
+        return None
+    if len(parts) == 2 or parts[2] == "state.json":
+        return ("GET", "HEAD", "OPTIONS")
+    return {"search": ("POST", "OPTIONS"), "click": ("GET", "HEAD", "POST", "OPTIONS")}.get(
+        parts[2]
+    )
+
+
+def _response(status: int, body: bytes, ctype: str, headers: dict[str, str] | None = None):
+    from starlette.responses import Response
+
+    return Response(
+        body,
+        status_code=int(status),
+        media_type=ctype,
+        headers={"cache-control": "no-store", **(headers or {})},
+    )
+
+
+def _html(status: int, body: str, headers: dict[str, str] | None = None):
+    return _response(status, body.encode("utf-8"), "text/html", headers)
+
+
+def _redirect(location: str):
+    return _response(HTTPStatus.SEE_OTHER, b"", "text/plain", {"location": location})
 
 
 def start_server(
-    site: WebShopSite, host: str = "127.0.0.1", port: int = 0
-) -> tuple[ThreadingHTTPServer, threading.Thread]:
-    """Serves a site from a daemon thread; ``port=0`` picks a free port (``server.server_port``)."""
-    server = ThreadingHTTPServer((host, port), make_handler(site))
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, name="webshop-http", daemon=True)
-    thread.start()
-    logger.info("WebShop site on http://%s:%d/", host, server.server_port)
-    return server, thread
+    site: WebShopSite, host: str = "127.0.0.1", port: int = 0, *, sock: Any = None
+) -> ASGIServer:
+    """Serves a site from a daemon thread; ``port=0`` picks a free port (see ``server.url``).
+
+    Raises:
+        ValueError: the port is out of range or in use (``memrl.envs.asgi.bind``).
+    """
+    server = ASGIServer(WebShopApp(site), sock or bind(host, port), name="webshop-http").start()
+    logger.info("WebShop site on %s/", server.url)
+    return server

@@ -191,10 +191,15 @@ def normalize_color(value: str) -> str:
 # --- fuzzy matching --------------------------------------------------------------------------
 
 
+# thefuzz's "force_ascii" removes exactly the code points 128-255 (its ascii_only); any other
+# non-ASCII character stays for default_process, which keeps letters and digits of every script
+# and turns everything else (e.g. U+2019, the typographic apostrophe) into a space.
+_LATIN1_SUPPLEMENT = dict.fromkeys(range(128, 256))
+
+
 def _full_process(s: str) -> str:
-    # thefuzz.utils.full_process(force_ascii=True): drop non-ASCII, then lower-case and turn
-    # every non-alphanumeric character into a space (rapidfuzz's default_process does the rest).
-    return default_process(s.encode("ascii", "ignore").decode("ascii"))
+    # thefuzz.utils.full_process(s, force_ascii=True), step for step.
+    return default_process(s.translate(_LATIN1_SUPPLEMENT))
 
 
 @lru_cache(maxsize=262144)

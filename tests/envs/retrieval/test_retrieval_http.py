@@ -189,3 +189,73 @@ def test_serve_command_on_a_free_port():
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def _raw(url: str, data: bytes, timeout: float = 20) -> bytes:
+    """Sends raw bytes; returns everything the server answers before it closes."""
+    host, port = url[len("http://") :].split(":")
+    with socket.create_connection((host, int(port)), timeout=timeout) as sock:
+        sock.sendall(data)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    return answer
+
+
+def test_deeply_nested_json_is_a_400_not_a_dropped_connection(server):
+    body = b'{"queries": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    status, got = _post(server.url, body)
+    assert status == 400 and "nested too deeply" in got["error"]
+    assert _post(server.url, b'{"queries": ["x"]}')[0] == 200
+
+
+def test_head_and_options_are_answered(server):
+    head = _raw(server.url, b"HEAD /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 ") and head.endswith(b"\r\n\r\n")  # headers only
+    request = b"OPTIONS /retrieve HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    options = _raw(server.url, request)
+    assert options.startswith(b"HTTP/1.1 204 ") and b"allow: post, options" in options.lower()
+
+
+def test_a_short_body_times_out_with_408(local):
+    with RetrievalServer(local, "127.0.0.1", 0, body_timeout_s=1.0) as srv:
+        head = b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n"
+        answer = _raw(srv.url, head + b'{"queries"')
+        assert answer.startswith(b"HTTP/1.1 408 ") and b"did not arrive within 1 s" in answer
+        assert _post(srv.url, b'{"queries": ["x"]}')[0] == 200
+
+
+def test_a_port_in_use_or_out_of_range_is_a_clear_error(server, local):
+    port = int(server.url.rsplit(":", 1)[1])
+    with pytest.raises(ValueError, match=f"Cannot listen on 127.0.0.1:{port}: the port is in use"):
+        RetrievalServer(local, "127.0.0.1", port)
+    with pytest.raises(ValueError, match=r"--port must be an int in \[0, 65535\]"):
+        RetrievalServer(local, "127.0.0.1", 70000)
+
+
+class _SurrogateHandler(_ForeignHandler):
+    """A server whose passages carry a lone surrogate (legal as a JSON escape)."""
+
+    def do_POST(self):
+        payload = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        result = [[{"id": "1", "contents": '"T"\nlone \ud800 here'}] for _ in payload["queries"]]
+        body = json.dumps({"result": result}).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def test_passages_with_lone_surrogates_reach_the_agent_as_u_fffd():
+    foreign = ThreadingHTTPServer(("127.0.0.1", 0), _SurrogateHandler)
+    thread = threading.Thread(target=foreign.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{foreign.server_address[1]}"
+        env = DocQAEnv(synthetic_passages=300, retriever="http", retrieval_url=url, num_tasks=2)
+        env.reset(seed=0)
+        obs, *_ = env.step("<search>anything</search>")
+        assert "lone \ufffd here" in obs and obs.encode("utf-8")
+    finally:
+        foreign.shutdown()
+        foreign.server_close()

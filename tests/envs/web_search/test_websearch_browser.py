@@ -191,3 +191,61 @@ def test_shutdown_leaves_no_chromium_process(site):
     by_name = subprocess.run(["pgrep", "-f", "chromium"], capture_output=True, text=True)
     assert not set(map(int, by_name.stdout.split())) & pids
     assert not [p for p in chromium_descendants() if p.pid in pids]
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "file:///etc/passwd",
+        "data:text/html,<p>inline page</p>",
+        "chrome://version",
+        "view-source:http://127.0.0.1/",
+        "javascript:document.title='x'",
+    ],
+)
+def test_browser_load_itself_refuses_other_schemes(client, url):
+    loaded = client.pool.browsers[0].load(url)
+    assert loaded.error.startswith("denied: scheme") and loaded.html == ""
+
+
+# Collects the ICE candidates of a data channel (no STUN/TURN server): only host candidates could
+# appear, each a UDP socket on a local interface that the proxy never sees.
+_ICE_CANDIDATES_JS = """
+const done = arguments[arguments.length - 1];
+const pc = new RTCPeerConnection({iceServers: []});
+const found = [];
+pc.onicecandidate = (e) => {
+  if (e.candidate) found.push(e.candidate.candidate); else done(found);
+};
+pc.createDataChannel('probe');
+pc.createOffer().then((offer) => pc.setLocalDescription(offer));
+setTimeout(() => done(found), 4000);
+"""
+
+
+def test_webrtc_cannot_send_udp_around_the_proxy(client, site):
+    assert not client.open(site.url + "/page/zorbania").error
+    candidates = client.pool.browsers[0].driver.execute_async_script(_ICE_CANDIDATES_JS)
+    assert [c for c in candidates if " udp " in c.lower()] == []
+
+
+def test_a_cached_page_is_not_served_to_a_stricter_policy(site, tmp_path):
+    url = site.url + "/page/zorbania"
+    lax = WebClient(
+        safety=WITH_DENIED_TARGETS,
+        fetch=FAST_FETCH,
+        cache=CacheConfig(mode="readwrite", path=str(tmp_path)),
+    )
+    try:
+        assert not lax.open(url).error and lax.open(url).cached
+    finally:
+        lax.close()
+    for mode in ("readwrite", "replay"):
+        strict = WebClient(fetch=FAST_FETCH, cache=CacheConfig(mode=mode, path=str(tmp_path)))
+        try:
+            outcome = strict.open(url)
+            assert outcome.page is None and not outcome.cached
+            assert outcome.error.startswith("denied:") and "loopback" in outcome.error
+            assert strict._pool is None  # refused before any browser was needed
+        finally:
+            strict.close()

@@ -89,6 +89,7 @@ def test_two_questions_with_javascript_page_and_link_numbers(env, site):
         ("/redirect-private", "denied: host '10.255.255.1' resolves to private address"),
         ("/slow", "timed out"),
         ("/file.bin", "application/octet-stream"),
+        ("/redirect-malformed", "could not load the page"),
     ],
 )
 def test_web_failures_become_observations(env, site, path, expected):
@@ -175,3 +176,20 @@ def test_task_file_and_config_errors(site, cache_dir, tmp_path):
         WebSearchQAEnv(**env_config(site, cache_dir, reward="bleu"))
     with pytest.raises(ValueError, match="does not fit memrl/WebSearchQA-v0"):
         make_env("memrl/WebSearchQA-v0", {"colour": "red"})
+
+
+def test_links_no_parser_accepts_are_left_out(env, site):
+    env.reset(options={"task_index": 0})
+    obs, reward, term, trunc, info = env.step(f"<open>{site.url}/bad-links</open>")
+    assert "Links no parser accepts" in obs and not info["format_error"]
+    assert obs.split("Links (")[1].count("Link ") == 1 and "Link 1(Title: Ada)" in obs
+
+
+def test_a_lone_surrogate_on_a_page_reaches_the_agent_as_u_fffd(env, site):
+    """chromedriver cannot serialize a lone surrogate: without care, the load fails and the
+    browser is restarted on every visit of such a page."""
+    env.reset(options={"task_index": 0})
+    restarts = env.unwrapped.client.pool.restarts
+    obs, *_, info = env.step(f"<open>{site.url}/lone-surrogate</open>")
+    assert "A lone \ufffd surrogate in the text." in obs and info["web_errors"] == 0
+    assert env.unwrapped.client.pool.restarts == restarts

@@ -148,7 +148,9 @@ def test_html_results_parsed_by_selectors_with_unwrapping():
     html = """<div class="result"><a class="result__a"
       href="//duckduckgo.com/l/?uddg=https%3A%2F%2Freal.example%2Fp&rut=1">Real <b>title</b></a>
       <a class="result__snippet">The snippet</a></div>
-      <div class="result"><a class="result__a" href="javascript:void(0)">bad</a></div>"""
+      <div class="result"><a class="result__a" href="javascript:void(0)">bad</a></div>
+      <div class="result"><a class="result__a" href="http://[x">unbalanced</a></div>
+      <div class="result"><a class="result__a" href="http://[nohost]/">bracketed</a></div>"""
     results = parse_results(html, "https://html.duckduckgo.com/html/?q=x", spec)
     assert [(r.title, r.url, r.snippet) for r in results] == [
         ("Real title", "https://real.example/p", "The snippet")
@@ -195,3 +197,13 @@ def test_searxng_json_backend(site):
     results = backend.search("vornland dish", lambda url: None, http)
     assert results[0].title == "Vornish cuisine"
     assert results[0].url == site.url + "/page/vornish-cuisine"
+
+
+def test_extract_leaves_out_links_no_parser_accepts():
+    page = (
+        "<html><body><main><p>Text of the page, long enough to be the main part.</p>"
+        "<a href='http://[x'>a</a><a href='http://[nohost]/p'>b</a><a href='/ok'>ok</a>"
+        "</main></body></html>"
+    )
+    _, _, links = extract(page, "http://site.example/", max_links=10)
+    assert links == [("ok", "http://site.example/ok")]

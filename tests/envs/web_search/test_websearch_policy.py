@@ -6,9 +6,10 @@ import http.client
 import socket
 
 import pytest
-from websearch_helpers import LOCAL_ONLY, WITH_DENIED_TARGETS
+from websearch_helpers import FAST_FETCH, LOCAL_ONLY, WITH_DENIED_TARGETS
 
-from memrl.envs.web_search.config import SafetyConfig
+from memrl.envs.web_search.client import WebClient
+from memrl.envs.web_search.config import CacheConfig, SafetyConfig, SearchConfig
 from memrl.envs.web_search.httpclient import HttpClient, HttpError
 from memrl.envs.web_search.policy import HostRateLimiter, UrlDenied, UrlPolicy
 from memrl.envs.web_search.proxy import BLOCKED_HEADER, SafetyProxy
@@ -22,6 +23,9 @@ from memrl.envs.web_search.proxy import BLOCKED_HEADER, SafetyProxy
         ("javascript:alert(1)", "scheme 'javascript'"),
         ("http:///nohost", "no host"),
         ("http://evil.example/x", "not on the allow list"),
+        ("http://[::1/x", "malformed"),
+        ("http://[x]/", "malformed"),
+        ("http://a]b/", "malformed"),
     ],
 )
 def test_check_url_refuses_bad_schemes_and_hosts(url, reason):
@@ -156,3 +160,109 @@ def test_http_client_checks_every_redirect(site):
         client.request("GET", site.url + "/redirect-linklocal")
     with pytest.raises(HttpError, match="exceeds"):
         HttpClient(UrlPolicy(LOCAL_ONLY), 5, max_bytes=1000).request("GET", site.url + "/huge")
+
+
+@pytest.mark.parametrize(
+    "host, form",
+    [
+        ("::127.0.0.1", "IPv4-compatible address ::7f00:1 .*loopback IPv4 address 127.0.0.1"),
+        ("64:ff9b::7f00:1", "NAT64 address .*loopback IPv4 address 127.0.0.1"),
+        ("2002:7f00:1::", "6to4 address .*loopback IPv4 address 127.0.0.1"),
+        ("::ffff:0:7f00:1", "IPv4-translated address .*loopback IPv4 address 127.0.0.1"),
+        ("64:ff9b::a9fe:a9fe", "NAT64 address .*link-local IPv4 address 169.254.169.254"),
+        ("::ffff:0:808:808", "IPv4-translated address .*IPv4 address 8.8.8.8"),
+        ("64:ff9b:1::a00:1", "local-use NAT64 address"),
+        ("fec0::1", "site-local address fec0::1"),
+    ],
+)
+def test_ipv6_forms_carrying_ipv4_are_denied_by_default(host, form):
+    # The whole path of a URL: parse, host checks, DNS (of a literal), address check.
+    for policy in (
+        UrlPolicy(SafetyConfig()),
+        UrlPolicy(SafetyConfig(allow_addresses=("127.0.0.1",))),
+    ):
+        name, port = policy.check_url(f"http://[{host}]:8080/x")
+        with pytest.raises(UrlDenied, match=form):
+            policy.resolve(name, port)
+
+
+def test_nat64_and_6to4_of_global_addresses_pass():
+    policy = UrlPolicy(SafetyConfig())
+    assert policy.resolve("64:ff9b::808:808", 443).address == "64:ff9b::808:808"
+    assert policy.resolve("2002:808:808::1", 443).address == "2002:808:808::1"
+    UrlPolicy(SafetyConfig(allow_addresses=("64:ff9b::/96",))).check_address("h", "64:ff9b::a00:1")
+    UrlPolicy(SafetyConfig(allow_private=True)).check_address("h", "::7f00:1")
+
+
+def test_proxy_refuses_an_ipv6_form_of_loopback(site):
+    proxy = SafetyProxy(UrlPolicy(SafetyConfig(allow_addresses=("127.0.0.1",))), max_bytes=1000)
+    try:
+        port = site.url.rsplit(":", 1)[1]
+        refused = _via_proxy(proxy, "GET", f"http://[::127.0.0.1]:{port}/page/zorbania")
+        assert refused.status == 403 and "IPv4-compatible" in refused.getheader(BLOCKED_HEADER)
+    finally:
+        proxy.close()
+
+
+def test_cache_entries_are_kept_apart_by_policy(site, tmp_path):
+    """Search results fetched under a lax policy are not served under a stricter one."""
+    search = SearchConfig(backend="searxng_json", options={"url": site.url + "/searx/search"})
+    cache = CacheConfig(mode="readwrite", path=str(tmp_path))
+    lax = WebClient(safety=LOCAL_ONLY, fetch=FAST_FETCH, cache=cache, search=search)
+    try:
+        first = lax.search("vornland dish")
+        assert not first.error and first.results[0].title == "Vornish cuisine"
+        assert lax.search("vornland dish").cached
+    finally:
+        lax.close()
+    for mode in ("readwrite", "replay"):
+        strict = WebClient(
+            fetch=FAST_FETCH, cache=CacheConfig(mode=mode, path=str(tmp_path)), search=search
+        )
+        try:
+            outcome = strict.search("vornland dish")
+            assert not outcome.cached and not outcome.results, outcome
+            expected = "loopback" if mode == "readwrite" else "not in the replay cache"
+            assert expected in outcome.error
+        finally:
+            strict.close()
+
+
+def _raw_via_proxy(proxy: SafetyProxy, data: bytes) -> bytes:
+    """Sends raw bytes to the proxy; returns what it answers before closing (b"" if nothing)."""
+    host, port = proxy.address.split(":")
+    with socket.create_connection((host, int(port)), timeout=20) as sock:
+        sock.sendall(data)
+        try:
+            return sock.recv(4096)
+        except ConnectionResetError:
+            return b""
+
+
+@pytest.mark.parametrize(
+    "length, status",
+    [("-1", b" 400 "), ("12x", b" 400 "), ("1000000000000", b" 413 ")],
+)
+def test_proxy_refuses_bad_request_lengths(site, length, status):
+    proxy = SafetyProxy(UrlPolicy(LOCAL_ONLY), max_bytes=1000, timeout_s=5)
+    try:
+        head = f"POST {site.url}/api/search HTTP/1.1\r\nHost: x\r\nContent-Length: {length}\r\n\r\n"
+        assert status in _raw_via_proxy(proxy, head.encode()).split(b"\r\n")[0]
+    finally:
+        proxy.close()
+
+
+def test_proxy_drops_a_client_that_stops_mid_body(site):
+    proxy = SafetyProxy(UrlPolicy(LOCAL_ONLY), max_bytes=1000, timeout_s=1)
+    try:
+        head = f"POST {site.url}/api/search HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n"
+        assert _raw_via_proxy(proxy, head.encode() + b"only ten b") == b""
+        assert _via_proxy(proxy, "GET", site.url + "/page/zorbania").status == 200
+    finally:
+        proxy.close()
+
+
+def test_http_client_reports_a_redirect_to_a_malformed_url(site):
+    client = HttpClient(UrlPolicy(LOCAL_ONLY), timeout_s=5, max_bytes=1_000_000)
+    with pytest.raises(HttpError, match="redirects to a malformed URL"):
+        client.request("GET", site.url + "/redirect-malformed")

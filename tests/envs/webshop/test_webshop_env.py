@@ -232,3 +232,20 @@ def test_scripted_shopper_scores(world):
     score = evaluate_shopper(world, "test", limit=100)
     assert score["episodes"] == 100
     assert 0.6 < score["avg_reward"] <= 1.0 and 0.2 < score["success_rate"] < 1.0
+
+
+def test_lone_surrogates_in_the_catalogue_never_reach_an_observation(tmp_path):
+    from memrl.envs.webshop.generator import generate_catalogue
+
+    paths = generate_catalogue(tmp_path, 150, seed=4)
+    products = paths["products"].read_text()
+    paths["products"].write_text(products.replace('"name": "', '"name": "\\ud800 '))
+    for action_format in ("mem1", "raw"):
+        env = WebShopEnv(data_dir=str(tmp_path), num_products=None, seed=4, split="all",
+                         action_format=action_format)  # fmt: skip
+        env.reset(options={"task_index": 0})
+        action = "search[shampoo hair oil soap]"
+        if action_format == "mem1":
+            action = f"<think>t</think><summary>s</summary><answer>{action}</answer>"
+        obs, *_ = env.step(action)
+        assert "\ufffd" in obs and obs.encode("utf-8")

@@ -300,9 +300,28 @@ def test_original_title_score_similar_names():
 
 def test_token_set_ratio_preprocesses_like_thefuzz():
     assert token_set_ratio("X-Large", "x large") == 100
-    assert token_set_ratio("café", "caf") == 100  # non-ASCII dropped (force_ascii)
+    assert token_set_ratio("café", "caf") == 100  # U+0080-U+00FF dropped (force_ascii)
     assert isinstance(token_set_ratio("a b", "a c"), int)
     assert token_set_ratio("", "anything") == 0
+
+
+@pytest.mark.parametrize(
+    "a, b, expected",
+    [
+        # Scores of thefuzz 0.22.1's fuzz.token_set_ratio: force_ascii removes only U+0080-U+00FF;
+        # other non-alphanumerics become spaces, other letters stay letters.
+        ("women\u2019s", "womens", 77),
+        ("z\u0142oty", "zloty", 80),
+        ("café crème", "cafe creme", 89),
+        ("Größe XL", "grosse xl", 80),
+        ("naïve ½ cup", "naive cup", 94),
+        ("日本 tea", "tea", 100),
+        ("black \u2013 navy", "black navy", 100),
+        ("ÀÉÎ õü", "aei ou", 0),
+    ],
+)
+def test_token_set_ratio_matches_thefuzz_beyond_latin1(a, b, expected):
+    assert token_set_ratio(a, b) == expected
 
 
 def test_search_analyzer():

@@ -19,10 +19,9 @@ SPEC = CatalogueSpec(num_products=1000, seed=0)
 def server():
     world = get_world(SPEC)
     site = WebShopSite(WebShopEngine(world), world.split("test"))
-    srv, _ = start_server(site, "127.0.0.1", 0)
-    yield world, site, f"http://127.0.0.1:{srv.server_port}"
-    srv.shutdown()
-    srv.server_close()
+    srv = start_server(site, "127.0.0.1", 0)
+    yield world, site, srv.url
+    srv.stop()
 
 
 @pytest.fixture(scope="module")

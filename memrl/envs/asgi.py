@@ -1,0 +1,168 @@
+"""memrl's HTTP services (retrieval, the WebShop site) on uvicorn, in a thread or in the foreground.
+
+``bind`` opens the listening socket first, so a port that is in use or out of range is a clear
+``ValueError`` before a service spends minutes building its index. ``ASGIServer`` then serves a
+Starlette app on that socket with uvicorn's h11 protocol (bounded header sizes, malformed
+requests answered 400 by the server itself). ``read_body`` is how the apps take a request body:
+a size cap checked against Content-Length before reading and while reading, and a deadline, so a
+short or endless body costs a 408 or a 413, never a blocked worker.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import socket
+import threading
+import time
+from typing import Any
+
+import anyio
+
+logger = logging.getLogger(__name__)
+
+BODY_TIMEOUT_S = 30.0
+"""Longest a client may take to send a request body."""
+
+
+class BodyError(Exception):
+    """A request body that cannot be taken; ``status`` is the answer (400, 408, 411, 413)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def bind(host: str, port: int, backlog: int = 2048) -> socket.socket:
+    """A listening TCP socket on ``host:port`` (``port`` 0: any free port).
+
+    Raises:
+        ValueError: the port is not an int in [0, 65535], is in use, or the host cannot be bound;
+            the message says what to change.
+    """
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise ValueError(f"--port must be an int in [0, 65535] (0: any free port), got {port!r}.")
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError) as err:
+        raise ValueError(f"--host {host!r} is not an address of this machine ({err}).") from None
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(backlog)
+    except OSError as err:
+        sock.close()
+        if err.errno == errno.EADDRINUSE:
+            reason = "the port is in use by another program"
+        elif err.errno == errno.EADDRNOTAVAIL:
+            reason = "the address is not one of this machine's"
+        elif err.errno == errno.EACCES:
+            reason = "ports below 1024 need privileges"
+        else:
+            reason = str(err)
+        raise ValueError(
+            f"Cannot listen on {host}:{port}: {reason}. Pick another --port (0: any free port) "
+            "or --host."
+        ) from None
+    return sock
+
+
+async def read_body(request: Any, limit: int, timeout_s: float = BODY_TIMEOUT_S) -> bytes:
+    """The body of a Starlette request, at most ``limit`` bytes, within ``timeout_s``.
+
+    Raises:
+        BodyError: 411 without Content-Length (and not chunked), 413 over ``limit``, 408 when the
+            client stops sending, 400 when it hangs up mid-body.
+    """
+    declared = request.headers.get("content-length")
+    if declared is None and "chunked" not in request.headers.get("transfer-encoding", ""):
+        raise BodyError(411, "Content-Length header required")
+    if declared is not None and int(declared) > limit:
+        raise BodyError(413, f"body of {int(declared)} bytes; at most {limit}")
+    from starlette.requests import ClientDisconnect
+
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        with anyio.fail_after(timeout_s):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise BodyError(413, f"body of more than {limit} bytes; at most {limit}")
+                chunks.append(chunk)
+    except TimeoutError:
+        raise BodyError(408, f"the body did not arrive within {timeout_s:g} s") from None
+    except ClientDisconnect:
+        raise BodyError(400, "the client hung up before sending the whole body") from None
+    body = b"".join(chunks)
+    if declared is not None and len(body) < int(declared):
+        raise BodyError(400, f"the client sent {len(body)} of {int(declared)} body bytes")
+    return body
+
+
+class ASGIServer:
+    """Serves an ASGI app with uvicorn on a socket from ``bind``.
+
+    Args:
+        app: the ASGI application.
+        sock: a listening socket (``bind``); the server closes it when it stops.
+        name: thread name and log prefix.
+    """
+
+    def __init__(self, app: Any, sock: socket.socket, name: str = "memrl-http") -> None:
+        import uvicorn
+
+        self.name = name
+        self._sock = sock
+        config = uvicorn.Config(
+            app,
+            http="h11",
+            lifespan="off",
+            log_config=None,  # uvicorn's loggers propagate to the application's logging setup
+            log_level="warning",
+            access_log=False,
+            server_header=False,
+            timeout_keep_alive=5,
+            timeout_graceful_shutdown=5,
+        )
+        self._server = uvicorn.Server(config)
+        self._thread: threading.Thread | None = None
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """``(host, port)`` the socket listens on."""
+        host, port = self._sock.getsockname()[:2]
+        return host, port
+
+    @property
+    def url(self) -> str:
+        """Base URL, e.g. ``http://127.0.0.1:8000`` (IPv6 hosts in brackets)."""
+        host, port = self.address
+        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+    def start(self, timeout_s: float = 30.0) -> ASGIServer:
+        """Serves from a daemon thread; returns once the server accepts connections."""
+        self._thread = threading.Thread(target=self.serve_forever, name=self.name, daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + timeout_s
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"{self.name} did not start serving on {self.url}")
+            time.sleep(0.01)
+        return self
+
+    def serve_forever(self) -> None:
+        """Serves in this thread until ``stop`` (or, in the main thread, Ctrl-C)."""
+        try:
+            self._server.run(sockets=[self._sock])
+        finally:
+            self._sock.close()
+
+    def stop(self) -> None:
+        """Stops serving (open requests get ``timeout_graceful_shutdown`` to finish)."""
+        self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        self._sock.close()
