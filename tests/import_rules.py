@@ -16,6 +16,7 @@ METHOD_ROLES: dict[str, str] = {
     "memo/cache.py": "network",
     "memo/network.py": "network",
     "memo/frozen_encoder.py": "network",
+    "memo/value_head.py": "network",
     "memo/columns.py": "shared",
     "memo/rlmodule.py": "module",
     "memo/cache_keeper.py": "runner",
