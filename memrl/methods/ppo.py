@@ -15,8 +15,9 @@ class PPOSettings:
 
     TAG_KEY: ClassVar[tuple[str, str]] = ("name", "ppo")
 
-    lr: float = 3e-4
-    """Adam learning rate."""
+    lr: float | list[list[float]] = 3e-4
+    """Adam learning rate, or a schedule ``[[env_step, value], ...]`` (linear in between, the
+    last value after it; RLlib's format), e.g. ``[[0, 5.0e-4], [5.0e6, 1.0e-4]]``."""
     gamma: float = 0.99
     """Discount factor."""
     gae_lambda: float = 0.95
@@ -27,8 +28,9 @@ class PPOSettings:
     """Value-loss clip (in return units)."""
     vf_loss_coeff: float = 0.5
     """Weight of the value loss."""
-    entropy_coeff: float = 0.01
-    """Weight of the entropy bonus."""
+    entropy_coeff: float | list[list[float]] = 0.01
+    """Weight of the entropy bonus, or a schedule ``[[env_step, value], ...]`` like ``lr``'s
+    (annealing it lets sampled actions get sure late in training)."""
     grad_clip: float | None = 0.5
     """Global gradient-norm clip (null: none)."""
     train_batch_size: int = 4000
@@ -48,8 +50,10 @@ class PPOSettings:
                 f"{where}.minibatch_size ({self.minibatch_size}) must not exceed "
                 f"{where}.train_batch_size ({self.train_batch_size})"
             )
-        if self.lr <= 0 or self.train_batch_size < 1 or self.num_epochs < 1:
-            raise ValueError(f"{where}: lr must be > 0, train_batch_size and num_epochs >= 1")
+        if self.train_batch_size < 1 or self.num_epochs < 1:
+            raise ValueError(f"{where}: train_batch_size and num_epochs must be >= 1")
+        _check_schedule(self.lr, f"{where}.lr", positive=True)
+        _check_schedule(self.entropy_coeff, f"{where}.entropy_coeff", positive=False)
 
     def make_algorithm_config(self, exp: Any) -> AlgorithmConfig:
         from ray.rllib.algorithms.ppo import PPOConfig
@@ -68,4 +72,20 @@ class PPOSettings:
             num_epochs=self.num_epochs,
             use_kl_loss=self.use_kl_loss,
             kl_coeff=self.kl_coeff,
+        )
+
+
+def _check_schedule(value: float | list[list[float]], key: str, *, positive: bool) -> None:
+    """A number, or ``[[env_step, value], ...]`` with steps rising from 0 (RLlib's format)."""
+    points = value if isinstance(value, list) else [[0, value]]
+    ok = len(points) >= 2 if isinstance(value, list) else True
+    ok = ok and all(isinstance(p, list) and len(p) == 2 for p in points)
+    ok = ok and points[0][0] == 0
+    ok = ok and all(a[0] < b[0] for a, b in zip(points, points[1:], strict=False))
+    ok = ok and all((p[1] > 0) if positive else (p[1] >= 0) for p in points)
+    if not ok:
+        sign = "> 0" if positive else ">= 0"
+        raise ValueError(
+            f"{key} must be a number {sign} or a schedule [[env_step, value], ...] of two or "
+            f"more points, starting at step 0, with rising steps and values {sign}; got {value!r}"
         )
