@@ -196,6 +196,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             traceback.print_exc()
         print(f"error: {err}", file=sys.stderr)
         return EXIT_USAGE
+    except ImportError as err:  # an optional dependency (an extra) that is not installed
+        if os.environ.get("MEMRL_DEBUG"):
+            traceback.print_exc()
+        print(
+            f"error: {err} (an optional dependency is missing: install the extra that provides "
+            "it, e.g. pip install -e '.[dense]'; README lists the extras)",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     except KeyboardInterrupt:
         print(
             "interrupted; checkpoints and metrics written so far are kept (continue with --resume)",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from memrl_testing import memrl_cli, write_config
+from memrl_testing import REPO, memrl_cli, write_config
 
 from memrl import plugins
 
@@ -44,6 +44,30 @@ def test_missing_config_is_a_clean_error():
     assert out.returncode == 2
     assert out.stderr.startswith("error: Config file 'configs/does_not_exist.yaml' not found")
     assert "Traceback" not in out.stderr
+
+
+def test_a_directory_as_config_says_so():
+    out = memrl_cli("train", "configs/")
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "is a directory, not a config file" in out.stderr and "quickstart.yaml" in out.stderr
+
+
+def test_a_missing_optional_dependency_is_one_error_line(tmp_path):
+    """A command whose optional import fails reports it in one line (a module shadowing a real
+    dependency with one that raises ImportError stands for an extra that is not installed)."""
+    (tmp_path / "bm25s.py").write_text("raise ImportError('No module named bm25s')\n")
+    out = memrl_cli(
+        "data",
+        "index",
+        "--synthetic",
+        "60",
+        "--output",
+        str(tmp_path / "idx"),
+        env={"PYTHONPATH": f"{tmp_path}:{REPO}"},
+    )
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-2000:]
+    assert out.stderr.startswith("error: No module named bm25s")
+    assert "optional dependency is missing" in out.stderr and len(out.stderr.splitlines()) == 1
 
 
 def test_bad_key_and_bad_override_are_clean_errors(tmp_path):

@@ -322,6 +322,12 @@ def load_config(
 
 def load_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
     p = Path(path)
+    if p.is_dir():
+        configs = sorted(str(c) for c in p.glob("*.yaml"))
+        raise ValueError(
+            f"{str(p)!r} is a directory, not a config file; give one of its files"
+            + (f", e.g. {', '.join(configs)}" if configs else "")
+        )
     if not p.is_file():
         hint = ""
         configs = Path("configs")

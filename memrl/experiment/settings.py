@@ -157,4 +157,11 @@ def _type_name(hint: Any) -> str:
         return " or ".join(_type_name(a) for a in get_args(hint))
     if hint is type(None):
         return "null"
+    words = {float: "a number", int: "an integer", str: "a string", bool: "true or false"}
+    if hint in words:
+        return words[hint]
+    if get_origin(hint) in (list, tuple):
+        return "a list"
+    if get_origin(hint) is dict:
+        return "a mapping"
     return getattr(hint, "__name__", str(hint))
