@@ -5,10 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
+SHAPINGS = ("trial_potential", "episode")
+
 
 @dataclass(frozen=True)
 class ObjNavConfig:
-    """Sizes, rewards and horizons of ObjNav-lite (defaults: ExtObjNav's shape, specs/memo.md)."""
+    """Sizes, rewards and horizons of ObjNav-lite (defaults: the Memo paper's ExtObjNav shape)."""
 
     grid_size: int = 24
     """Side of the square map in cells, outer walls included."""
@@ -34,6 +36,16 @@ class ObjNavConfig:
     """Subtracted from the reward at every step."""
     distance_reward_scale: float = 0.25
     """Reward per cell of decrease in shortest-path distance (0.25: a cell is a 0.25 m step)."""
+    shaping: str = "trial_potential"
+    """How the distance reward runs over a trial. ``trial_potential``: one potential,
+    -distance_reward_scale x (distance to the current target), across the whole trial; when an
+    inner episode ends and the next one starts elsewhere with another target, the change of
+    potential is paid too, so the distance rewards of a trial add up to its first start's
+    distance minus its last one (bounded: nothing to farm). ``episode``: the potential restarts
+    with every inner episode (ExtObjNav's per-episode reward), which, inside long trials, pays an
+    agent that walks a little closer and STOPs, again and again."""
+    failed_stop_penalty: float = 0.1
+    """Subtracted on a STOP that does not succeed (it also ends the inner episode)."""
     min_start_distance: int = 2
     """Shortest-path distance (cells) that a new inner episode's start keeps from its target."""
     episode_len: int = 500
@@ -61,6 +73,14 @@ class ObjNavConfig:
                 raise ValueError(
                     f"ObjNav {name} must be an int >= {low}, got {value!r}; fix env.config.{name}"
                 )
+        if self.shaping not in SHAPINGS:
+            raise ValueError(
+                f"ObjNav shaping must be one of {list(SHAPINGS)}, got {self.shaping!r}"
+            )
+        if self.failed_stop_penalty < 0:
+            raise ValueError(
+                f"ObjNav failed_stop_penalty must be >= 0, got {self.failed_stop_penalty}"
+            )
         if not 0.0 <= self.extra_door_prob <= 1.0:
             raise ValueError(
                 f"ObjNav extra_door_prob must be in [0, 1], got {self.extra_door_prob}"

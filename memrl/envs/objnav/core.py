@@ -146,9 +146,16 @@ class ObjNavVec:
         high = np.ones(self.obs_dim, dtype=np.float32)
         low[self.obs_slices["gps"]] = -1.0
         cfg = self.cfg
-        # A step changes the distance by at most one cell.
-        low[self.obs_slices["prev_reward"]] = -cfg.step_cost - cfg.distance_reward_scale
-        high[self.obs_slices["prev_reward"]] = cfg.success_reward + cfg.distance_reward_scale
+        # A step changes the distance by at most one cell; with trial_potential shaping the step
+        # that starts the next inner episode also pays the potential's move, at most the longest
+        # path on the map (fewer cells than the map has).
+        cells = 1 + (cfg.grid_size**2 if cfg.shaping == "trial_potential" else 0)
+        low[self.obs_slices["prev_reward"]] = (
+            -cfg.step_cost - cfg.failed_stop_penalty - cfg.distance_reward_scale * cells
+        )
+        high[self.obs_slices["prev_reward"]] = (
+            cfg.success_reward + cfg.distance_reward_scale * cells
+        )
         return low, high
 
     # ---- trials and inner episodes -------------------------------------------------------------
@@ -243,10 +250,10 @@ class ObjNavVec:
         reward = (
             cfg.success_reward * success
             - cfg.step_cost
+            - cfg.failed_stop_penalty * (stop & ~success)
             + cfg.distance_reward_scale * (self.dist - new_dist)
         ).astype(np.float32)
         self.dist = new_dist
-        self.episode_return += reward
         self.t_episode += 1
         self.t_trial += 1
         episode_done = stop | (self.t_episode >= cfg.episode_len)
@@ -259,14 +266,23 @@ class ObjNavVec:
         self.trial_episodes += episode_done
         self.trial_successes += success
         self.trial_spl += spl
-        self.trial_return += reward
         self.prev_action = a
-        self.prev_reward = reward
         self.episode_start[:] = False
 
         restart = np.flatnonzero(episode_done & ~trial_done)
         if restart.size:
+            end_dist = self.dist[restart]
             self._start_episodes(restart)
+            if cfg.shaping == "trial_potential":
+                # One potential over the trial: its move to the next start and target is paid
+                # with this step, so a trial's distance rewards telescope (nothing to farm).
+                reward[restart] += cfg.distance_reward_scale * (end_dist - self.dist[restart])
+        # The step's reward belongs to the inner episode it ended (restarted ones count from 0).
+        ongoing = np.ones(self.num_envs, bool)
+        ongoing[restart] = False
+        self.episode_return += np.where(ongoing, reward, 0.0)
+        self.trial_return += reward
+        self.prev_reward = reward
         if self.autoreset:
             ended = np.flatnonzero(trial_done)
             if ended.size:

@@ -72,19 +72,25 @@ def test_forward_turns_walls_and_gps():
     assert not np.array_equal(start, vec.positions()[0])
 
 
-def test_oracle_succeeds_with_spl_one_and_rewards_add_up():
-    vec = _vec(8, seed=1)
+@pytest.mark.parametrize("shaping", ["trial_potential", "episode"])
+def test_oracle_succeeds_with_spl_one_and_rewards_add_up(shaping):
+    vec = _vec(8, seed=1, shaping=shaping)
     cfg = vec.cfg
     episodes = 0
     for _ in range(600):
         before = vec.dist.copy()
         actions = vec.oracle_actions()
         r = vec.step(actions)
-        # Reward = success bonus - step cost + decrease in distance (distance read before restart).
+        # Reward = success bonus - step cost + decrease in distance (distance read before restart)
+        # + with trial_potential, the potential's move to the next start and target.
         moved = actions == FORWARD
         expected = np.where(moved, cfg.distance_reward_scale, 0.0) - cfg.step_cost
         expected += np.where(r.success, cfg.success_reward, 0.0)
-        assert np.allclose(r.reward, expected, atol=1e-6)
+        if shaping == "trial_potential":
+            restarted = r.episode_done & ~r.trial_done
+            end = before - moved  # the oracle's forward steps each shorten the path by one
+            expected += np.where(restarted, cfg.distance_reward_scale * (end - vec.dist), 0.0)
+        assert np.allclose(r.reward, expected, atol=1e-5)
         assert (before[moved] > 0).all()
         done = r.episode_done
         assert np.array_equal(done, r.success)  # the oracle never times out or stops wrongly
@@ -97,9 +103,12 @@ def test_stop_out_of_reach_fails_and_starts_next_episode():
     vec = _vec(4, seed=2)
     assert not vec.target_in_reach.any()  # starts keep min_start_distance >= 2 from goal cells
     index = vec.episode_index.copy()
+    before = vec.dist.copy()
     r = vec.step(np.zeros(4, dtype=np.int64))
     assert r.episode_done.all() and not r.success.any()
-    assert np.allclose(r.reward, -vec.cfg.step_cost)
+    cfg = vec.cfg
+    jump = cfg.distance_reward_scale * (before - vec.dist)  # to the next start and target
+    assert np.allclose(r.reward, -cfg.step_cost - cfg.failed_stop_penalty + jump, atol=1e-6)
     assert (r.spl == 0).all() and (r.episode_length == 1).all()
     assert np.array_equal(vec.episode_index, index + 1)
     assert (vec._obs[:, vec.obs_slices["episode_start"]] == 1).all()
@@ -143,3 +152,54 @@ def test_step_rejects_bad_actions(bad):
 def test_num_envs_is_checked():
     with pytest.raises(ValueError, match="num_envs"):
         ObjNavVec(0)
+
+
+def _trial_total(policy: str, shaping: str, trials_envs: int = 16) -> np.ndarray:
+    """Return per trial (500 steps) of a scripted policy: ``still`` (turns in place), ``farm``
+    (a step closer, then STOP: ~3 steps per inner episode) or ``oracle``."""
+    vec = _vec(trials_envs, seed=5, trial_len=500, episode_len=100, shaping=shaping)
+    total = np.zeros(trials_envs)
+    for _ in range(500):
+        if policy == "still":
+            actions = np.full(trials_envs, TURN_LEFT)
+        elif policy == "farm":
+            actions = vec.oracle_actions()
+            actions[vec.t_episode >= 2] = 0  # STOP after two oracle steps
+        else:
+            actions = vec.oracle_actions()
+        total += vec.step(actions).reward
+    return total
+
+
+def test_stop_farming_earns_less_than_standing_still():
+    still, farm = _trial_total("still", "trial_potential"), _trial_total("farm", "trial_potential")
+    assert farm.mean() < still.mean() - 5.0  # each failed STOP costs, and approaching pays nothing
+    assert _trial_total("oracle", "trial_potential").mean() > still.mean() + 20
+    # The per-episode shaping it replaces is the farm the agents learnt:
+    farm_ep = _trial_total("farm", "episode")
+    still_ep = _trial_total("still", "episode")
+    assert farm_ep.mean() > still_ep.mean() + 5.0
+
+
+def test_trial_potential_telescopes_over_a_trial():
+    vec = _vec(6, seed=9, trial_len=300, episode_len=40)
+    cfg = vec.cfg
+    start = vec.dist.astype(float).copy()
+    rng = np.random.default_rng(2)
+    total = np.zeros(6)
+    successes = np.zeros(6)
+    failed_stops = np.zeros(6)
+    for _ in range(299):
+        actions = np.where(rng.random(6) < 0.5, vec.oracle_actions(), rng.integers(0, 4, 6))
+        r = vec.step(actions)
+        total += r.reward
+        successes += r.success
+        failed_stops += (actions == 0) & ~r.success
+    expected = (
+        cfg.success_reward * successes
+        - cfg.step_cost * 299
+        - cfg.failed_stop_penalty * failed_stops
+        + cfg.distance_reward_scale * (start - vec.dist)
+    )
+    np.testing.assert_allclose(total, expected, atol=1e-3)
+    assert failed_stops.sum() > 0 and successes.sum() > 0

@@ -1,0 +1,105 @@
+"""ObjNav-lite scripted references: success and SPL of inner episodes early and late in a trial.
+
+Runs each agent of ``memrl.envs.objnav.agents`` (an explorer that remembers the layout, the same
+explorer without memory across inner episodes, and the map oracle) on ``--envs`` trials of
+``--trial-len`` steps (the same layouts and inner-episode draws for every agent: same seeds, and
+the draws do not depend on the actions) and reports, for inner episodes that start in the trial's
+first ``--early`` steps and for those that start at or after ``--late``: the episodes, their
+success rate and SPL, and the successes per 1000 steps. The memory explorer's late SPL against
+the memoryless one's is what remembering the layout is worth.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+from memrl.experiment.report import Plot, add_output_arguments, write_report
+
+NAME = "objnav-refs"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--envs", type=int, default=4, help="trials run side by side")
+    parser.add_argument("--trial-len", type=int, default=8192, help="steps per trial")
+    parser.add_argument("--early", type=int, default=1024, help="the early phase: t < EARLY")
+    parser.add_argument("--late", type=int, default=6000, help="the late phase: t >= LATE")
+    parser.add_argument(
+        "--agents", default="explore_memory,explore_forget,oracle", help="comma-separated agents"
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    add_output_arguments(parser, NAME)
+
+
+def measure(kind: str, args: argparse.Namespace) -> list[dict[str, Any]]:
+    import numpy as np
+
+    from memrl.envs.objnav import ObjNavConfig, ObjNavVec
+    from memrl.envs.objnav.agents import ObjNavAgents
+
+    vec = ObjNavVec(args.envs, ObjNavConfig(seed=args.seed, trial_len=args.trial_len))
+    vec.reset()
+    agent = ObjNavAgents(kind, vec)
+    starts, success, spl = [], [], []
+    t0 = time.perf_counter()
+    for t in range(args.trial_len):
+        result = vec.step(agent.act())
+        for i in np.flatnonzero(result.episode_done):
+            starts.append(t + 1 - int(result.episode_length[i]))
+            success.append(bool(result.success[i]))
+            spl.append(float(result.spl[i]))
+    seconds = time.perf_counter() - t0
+    starts_a, success_a, spl_a = np.array(starts), np.array(success), np.array(spl)
+    rows = []
+    for phase, pick, steps in (
+        ("early", starts_a < args.early, args.early),
+        ("late", starts_a >= args.late, args.trial_len - args.late),
+    ):
+        n = int(pick.sum())
+        rows.append(
+            {
+                "agent": kind,
+                "phase": phase,
+                "episodes": n,
+                "success_rate": float(success_a[pick].mean()) if n else float("nan"),
+                "spl": float(spl_a[pick].mean()) if n else float("nan"),
+                "successes_per_1k_steps": 1000.0
+                * float(success_a[pick].sum())
+                / (steps * args.envs),
+                "seconds": seconds,
+            }
+        )
+    return rows
+
+
+def run(args: argparse.Namespace) -> int:
+    if not 0 < args.early <= args.late < args.trial_len:
+        raise ValueError(
+            f"need 0 < --early <= --late < --trial-len, got {args.early}, {args.late}, "
+            f"{args.trial_len}"
+        )
+    rows = []
+    for kind in (a.strip() for a in args.agents.split(",") if a.strip()):
+        rows += measure(kind, args)
+    write_report(
+        NAME,
+        rows,
+        args.output,
+        plots=[
+            Plot(x="agent", y="spl", group="phase", kind="bar", title="SPL of inner episodes"),
+            Plot(
+                x="agent",
+                y="successes_per_1k_steps",
+                group="phase",
+                kind="bar",
+                title="successes per 1000 steps",
+            ),
+        ],
+        as_json=args.json,
+        title=(
+            f"ObjNav-lite scripted references: {args.envs} trials of {args.trial_len} steps, "
+            f"early t < {args.early}, late t >= {args.late}"
+        ),
+    )
+    return 0

@@ -1,0 +1,74 @@
+"""Scripted ObjNav-lite references: remembering the layout is worth SPL and successes per step."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from memrl_testing import memrl_cli
+
+from memrl.envs.objnav import ObjNavConfig, ObjNavVec
+from memrl.envs.objnav.agents import ObjNavAgents
+
+
+def _run(kind: str, steps: int = 1500) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    vec = ObjNavVec(3, ObjNavConfig(seed=4, trial_len=steps))
+    vec.reset()
+    agent = ObjNavAgents(kind, vec)
+    starts, success, spl = [], [], []
+    for t in range(steps):
+        r = vec.step(agent.act())
+        for i in np.flatnonzero(r.episode_done):
+            starts.append(t + 1 - r.episode_length[i])
+            success.append(r.success[i])
+            spl.append(r.spl[i])
+    return np.array(starts), np.array(success), np.array(spl)
+
+
+def test_the_explorer_with_memory_goes_straight_later_in_the_trial():
+    starts, success, spl = _run("explore_memory")
+    f_starts, f_success, f_spl = _run("explore_forget")
+    late, f_late = starts >= 700, f_starts >= 700
+    assert success.mean() > 0.95 and f_success.mean() > 0.8  # both find targets
+    assert spl[late].mean() > 0.9  # the layout is known: shortest paths
+    assert spl[late].mean() > 1.5 * f_spl[f_late].mean()
+    assert late.sum() > 2 * f_late.sum()  # more inner episodes fit in the same steps
+    assert abs(f_spl[f_starts < 700].mean() - f_spl[f_late].mean()) < 0.2  # no memory: flat
+
+
+def test_oracle_is_the_ceiling():
+    _, success, spl = _run("oracle", 600)
+    assert success.all() and np.allclose(spl, 1.0)
+
+
+def test_unknown_agent_lists_the_known_ones():
+    vec = ObjNavVec(1, ObjNavConfig(seed=0))
+    with pytest.raises(ValueError, match="explore_memory"):
+        ObjNavAgents("frontier", vec)
+
+
+def test_bench_reports_both_phases(tmp_path):
+    out = memrl_cli(
+        "bench",
+        "objnav-refs",
+        "--envs",
+        "2",
+        "--trial-len",
+        "1200",
+        "--early",
+        "300",
+        "--late",
+        "600",
+        "--agents",
+        "explore_memory,explore_forget",
+        "--json",
+        "--output",
+        str(tmp_path),
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = json.loads(out.stdout[out.stdout.index("[") :])
+    assert {(r["agent"], r["phase"]) for r in rows} == {
+        (a, p) for a in ("explore_memory", "explore_forget") for p in ("early", "late")
+    }
+    assert (tmp_path / "objnav-refs.png").is_file()
