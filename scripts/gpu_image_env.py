@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata as md
-import logging
 import sys
 import sysconfig
 import venv
@@ -33,8 +32,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gpu_kit  # noqa: E402  (a sibling script, not a package)
-
-logger = logging.getLogger("gpu_image_env")
 
 DRIFT = {
     # huggingface_hub 2.x (here) moved from httpx to its fork httpx2; the image's 1.33 uses httpx.

@@ -264,7 +264,7 @@ def _record_without(record: bytes, prefixes: tuple[str, ...]) -> bytes:
 
 
 def download(wheels: list[KitWheel], dest: Path) -> dict[str, Path]:
-    """Downloads the pinned cp312 manylinux (or pure) wheels; returns name -> file."""
+    """Downloads the pinned cp312 manylinux (or pure) wheels into ``dest``; returns name -> file."""
     cmd = [
         sys.executable,
         "-m",
@@ -306,12 +306,11 @@ def build(kit_dir: Path = KIT_DIR, *, update_manifest: bool = False) -> Budget:
             f"{overlap} are in the GPU image already: a second copy on the path would shadow it; "
             "drop them from scripts/gpu_kit_wheels.txt"
         )
-    kit_dir.mkdir(parents=True, exist_ok=True)
     recorded = []
     with tempfile.TemporaryDirectory(prefix="gpu-kit-") as tmp:
-        files = download(wheels, Path(tmp))
-        for old in kit_dir.glob("*.whl"):  # one version of each, nothing stale
-            old.unlink()
+        files = download(wheels, Path(tmp) / "download")
+        staged = Path(tmp) / "kit"
+        staged.mkdir()
         for wheel in wheels:
             src = files[wheel.name]
             digest = sha256(src)
@@ -320,7 +319,7 @@ def build(kit_dir: Path = KIT_DIR, *, update_manifest: bool = False) -> Budget:
                     f"{src.name}: sha256 {digest} but the manifest records {wheel.sha256}; "
                     "if the pin changed on purpose, run with --update-manifest"
                 )
-            dest = kit_dir / src.name
+            dest = staged / src.name
             if wheel.strip:
                 n = repack_without(src, dest, wheel.strip)
                 logger.info("%s: left out %d members under %s", src.name, n, wheel.strip)
@@ -335,13 +334,18 @@ def build(kit_dir: Path = KIT_DIR, *, update_manifest: bool = False) -> Budget:
                     size,
                     wheel.kit_bytes,
                 )
-            recorded.append(
-                KitWheel(wheel.name, wheel.version, size, digest, wheel.strip),
-            )
+            recorded.append(KitWheel(wheel.name, wheel.version, size, digest, wheel.strip))
+        budget = Budget(tree_bytes(), sum(w.kit_bytes for w in recorded))
+        budget.check()
+        # Only a complete kit within the budget replaces the old one (and nothing stale stays:
+        # two versions of one wheel would make the whole install fail).
+        kit_dir.mkdir(parents=True, exist_ok=True)
+        for old in kit_dir.glob("*.whl"):
+            old.unlink()
+        for path in staged.iterdir():
+            shutil.move(path, kit_dir / path.name)
     if update_manifest:
         write_manifest(recorded)
-    budget = Budget(tree_bytes(), sum(w.kit_bytes for w in recorded))
-    budget.check()
     return budget
 
 
@@ -371,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 1
     except subprocess.CalledProcessError as err:
-        print(f"error: {' '.join(err.cmd[:4])} ... failed with exit code {err.returncode}")
+        print(f"error: {' '.join(err.cmd[:4])} ... exited with {err.returncode}", file=sys.stderr)
         return 1
     return 0
 
