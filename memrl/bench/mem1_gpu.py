@@ -8,7 +8,7 @@ download) and random token prompts. Measures:
   ``per_turn`` layout (block-diagonal masks) and in the ``packed`` layout, at a given row length.
 
     memrl bench mem1-gpu                 # on a CUDA machine (the lead runs it)
-    memrl bench mem1-gpu --preset tiny   # a CPU smoke run of the same code
+    memrl bench mem1-gpu --preset tiny   # a CPU smoke run of the same code (--device cpu)
 """
 
 from __future__ import annotations
@@ -32,6 +32,18 @@ PRESETS = {
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", choices=sorted(PRESETS), default="qwen0.5b")
+    parser.add_argument(
+        "--device",
+        choices=["auto", "cuda", "cpu"],
+        default="auto",
+        help="auto: cuda when torch sees one, else cpu (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--dtype",
+        choices=["auto", "bfloat16", "float32"],
+        default="auto",
+        help="auto: bfloat16 on cuda, float32 on cpu (bfloat16 on cpu tries the GPU's path)",
+    )
     parser.add_argument(
         "--gen-batch", type=int, nargs="+", default=[8, 32, 64], help="prompts generated together"
     )
@@ -90,8 +102,15 @@ def run(args: argparse.Namespace) -> int:
     from memrl.methods.mem1.generation.hf import HFBackend
     from memrl.methods.mem1.network import TokenPolicy
 
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    device = args.device
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    elif device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda, but torch sees no CUDA device; use --device cpu or auto")
+    if args.dtype == "auto":
+        dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    else:
+        dtype = getattr(torch, args.dtype)
     preset = PRESETS[args.preset]
     lm = _model(preset, device, dtype)
     params = sum(p.numel() for p in lm.parameters())
