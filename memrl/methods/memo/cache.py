@@ -94,3 +94,13 @@ class WritePlan:
         if self.rows is None:
             return kb[:, :, : self.keys], vb[:, :, : self.keys]
         return kb[self.rows, :, : self.keys], vb[self.rows, :, : self.keys]
+
+
+def grow(buf: torch.Tensor, dim: int, need: int) -> torch.Tensor:
+    """``buf`` with at least ``need`` entries along ``dim`` (doubling; new entries are zeros)."""
+    have = buf.shape[dim]
+    if need <= have:
+        return buf
+    shape = list(buf.shape)
+    shape[dim] = max(need, 2 * have) - have
+    return torch.cat([buf, buf.new_zeros(shape)], dim=dim)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -171,3 +172,13 @@ def attend(
     if mask is not None:
         s = s.masked_fill(~mask, float("-inf"))
     return torch.matmul(torch.softmax(s, dim=-1), v)
+
+
+def visible_mask(first: int | np.ndarray, keys: int, ar: torch.Tensor) -> torch.Tensor:
+    """Key mask of L new tokens at buffer indices ``first + ar`` (one start, or one per row (E,)):
+    each sees the keys up to itself; (L, keys) or (E, 1, L, keys)."""
+    j = torch.arange(keys, device=ar.device)
+    if isinstance(first, int):
+        return j[None] <= (first + ar)[:, None]
+    first_t = torch.as_tensor(first, device=ar.device)
+    return (j[None, None] <= (first_t[:, None] + ar)[:, :, None])[:, None]

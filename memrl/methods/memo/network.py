@@ -38,7 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from memrl.methods.memo.cache import MemoCache, WritePlan
+from memrl.methods.memo.cache import MemoCache, WritePlan, grow
 from memrl.methods.memo.layers import (
     MODES,
     Block,
@@ -47,6 +47,7 @@ from memrl.methods.memo.layers import (
     attend,
     causal_mask,
     rotate,
+    visible_mask,
 )
 
 
@@ -252,15 +253,6 @@ class MemoTransformer(nn.Module):
             cfg.n_layers, 2, batch_size, cfg.n_heads, length, cfg.head_dim
         )
 
-    @staticmethod
-    def _grow(buf: torch.Tensor, dim: int, need: int) -> torch.Tensor:
-        have = buf.shape[dim]
-        if need <= have:
-            return buf
-        shape = list(buf.shape)
-        shape[dim] = max(need, 2 * have) - have
-        return torch.cat([buf, buf.new_zeros(shape)], dim=dim)
-
     @torch.no_grad()
     def step(self, x: torch.Tensor, cache: MemoCache) -> tuple[torch.Tensor, MemoCache]:
         """One env step for every env of the batch.
@@ -290,7 +282,7 @@ class MemoTransformer(nn.Module):
         else:
             need = hi + 1 if w is None else w
         if cache.kv.shape[4] < need:
-            cache.kv = self._grow(cache.kv, 4, need)
+            cache.kv = grow(cache.kv, 4, need)
         if lo == hi:  # lockstep: slices, no mask
             slot = lo % w if fct and w is not None else lo
             keys = min(lo + 1, w) if fct and w is not None else lo + 1
@@ -339,7 +331,7 @@ class MemoTransformer(nn.Module):
         ar = torch.arange(Ls, device=dev)
         keys = n_hi + Lg + Ls
         slots = self.slots.weight[None].expand(E, -1, -1)
-        where = self._where(n + Lg, Ls, keys, B, envs, self._visible(n + Lg, keys, ar))
+        where = self._where(n + Lg, Ls, keys, B, envs, visible_mask(n + Lg, keys, ar))
         cos, sin = self._rope(n + Lg, Ls, keys)
         summaries, _ = self._layers(slots, cos, sin, kv=cache.kv, where=where)  # (E, Ls, d)
 
@@ -366,15 +358,6 @@ class MemoTransformer(nn.Module):
         else:
             cache.seg_len[envs] = 0
 
-    @staticmethod
-    def _visible(first: int | np.ndarray, keys: int, ar: torch.Tensor) -> torch.Tensor:
-        """Key mask of L new tokens at buffer indices first + ar: each sees the keys up to it."""
-        j = torch.arange(keys, device=ar.device)
-        if isinstance(first, int):
-            return j[None] <= (first + ar)[:, None]  # (L, keys)
-        first_t = torch.as_tensor(first, device=ar.device)
-        return (j[None, None] <= (first_t[:, None] + ar)[:, :, None])[:, None]  # (E, 1, L, keys)
-
     def _append_summaries(
         self,
         cache: MemoCache,
@@ -386,10 +369,10 @@ class MemoTransformer(nn.Module):
         Ls = self.cfg.l_sum
         B = cache.batch_size
         n_hi = n if isinstance(n, int) else int(n.max())
-        cache.sum_x = self._grow(cache.sum_x, 1, n_hi + Ls)
+        cache.sum_x = grow(cache.sum_x, 1, n_hi + Ls)
         ar = torch.arange(Ls, device=summaries.device)
         keys = n_hi + Ls
-        where = self._where(n, Ls, keys, B, rows, self._visible(n, keys, ar))
+        where = self._where(n, Ls, keys, B, rows, visible_mask(n, keys, ar))
         cos, sin = self._rope(n, Ls, keys)
         self._layers(summaries, cos, sin, kv=cache.kv, where=where)
         if where.index is None:
@@ -433,7 +416,7 @@ class MemoTransformer(nn.Module):
             _, kvs = self._causal_run(x, collect=True)
             new = torch.stack([torch.stack(kv) for kv in kvs])  # (nl, 2, B, H, T, hd)
             if cfg.fct_window is None:
-                cache.kv = self._grow(cache.kv, 4, T)
+                cache.kv = grow(cache.kv, 4, T)
                 cache.kv[..., :T, :] = new
             else:
                 steps = torch.arange(max(0, T - cfg.fct_window), T, device=dev)
@@ -455,8 +438,8 @@ class MemoTransformer(nn.Module):
         held = n + T - full
         _, kvs = self._causal_run(torch.cat([mem, x[:, full:]], dim=1), collect=True)
         new = torch.stack([torch.stack(kv) for kv in kvs])  # (nl, 2, B, H, n + tail, hd)
-        cache.kv = self._grow(cache.kv, 4, held + cfg.l_sum)
-        cache.sum_x = self._grow(cache.sum_x, 1, n)
+        cache.kv = grow(cache.kv, 4, held + cfg.l_sum)
+        cache.sum_x = grow(cache.sum_x, 1, n)
         cache.kv[..., :held, :] = new
         cache.sum_x[:, :n] = mem
         cache.n_sum[:] = n
@@ -480,15 +463,15 @@ class MemoTransformer(nn.Module):
         if src.t is not None:
             t = int(src.t[src_row])
             length = min(t, src.kv.shape[4])
-            dst.kv = self._grow(dst.kv, 4, length)
+            dst.kv = grow(dst.kv, 4, length)
             dst.kv[:, :, dst_row, :, :length] = src.kv[:, :, src_row, :, :length]
             dst.t[dst_row] = t
             return
         if src.l_seg != dst.l_seg:
             raise ValueError(f"cannot copy a row of l_seg {src.l_seg} into a cache of {dst.l_seg}")
         n, s = int(src.n_sum[src_row]), int(src.seg_len[src_row])
-        dst.kv = self._grow(dst.kv, 4, n + s + self.cfg.l_sum)
-        dst.sum_x = self._grow(dst.sum_x, 1, n)
+        dst.kv = grow(dst.kv, 4, n + s + self.cfg.l_sum)
+        dst.sum_x = grow(dst.sum_x, 1, n)
         dst.kv[:, :, dst_row, :, : n + s] = src.kv[:, :, src_row, :, : n + s]
         dst.sum_x[dst_row, :n] = src.sum_x[src_row, :n]
         dst.n_sum[dst_row], dst.seg_len[dst_row] = n, s
