@@ -167,6 +167,9 @@ class RunSettings:
     """Training iterations (0: no limit)."""
     stop_timesteps: int = 0
     """Sampled env steps after which training stops (0: no limit)."""
+    stop_seconds: float = 0.0
+    """Training time in seconds (sampling and learning, summed over resumes) after which training
+    stops (0: no limit): equal wall budgets when runs are compared."""
     checkpoint_every: int = 5
     """Checkpoint every N iterations (and always at the end)."""
     keep_checkpoints: int = 3
@@ -179,7 +182,7 @@ class RunSettings:
     """Episodes `memrl eval` runs by default."""
 
     def validate(self, where: str) -> None:
-        for name in ("stop_iters", "stop_timesteps"):
+        for name in ("stop_iters", "stop_timesteps", "stop_seconds"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{where}.{name} must be >= 0, got {getattr(self, name)}")
         if self.checkpoint_every < 1 or self.keep_checkpoints < 1:

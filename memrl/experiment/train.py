@@ -324,7 +324,10 @@ def train(
         exp = replace(
             saved,
             run=replace(
-                saved.run, stop_iters=exp.run.stop_iters, stop_timesteps=exp.run.stop_timesteps
+                saved.run,
+                stop_iters=exp.run.stop_iters,
+                stop_timesteps=exp.run.stop_timesteps,
+                stop_seconds=exp.run.stop_seconds,
             ),
         )
         checkpoint = run.latest_checkpoint()
@@ -451,7 +454,10 @@ def _should_stop(exp: ExperimentConfig, iteration: int, rows: list[dict[str, Any
     if exp.run.stop_iters and iteration >= exp.run.stop_iters:
         return True
     steps = rows[-1]["env_steps_sampled"] if rows else 0
-    return bool(exp.run.stop_timesteps and steps >= exp.run.stop_timesteps)
+    if exp.run.stop_timesteps and steps >= exp.run.stop_timesteps:
+        return True
+    seconds = rows[-1]["time_total_s"] if rows else 0.0
+    return bool(exp.run.stop_seconds and seconds >= exp.run.stop_seconds)
 
 
 def build_algo(algo_config: Any, logdir: Path) -> Any:

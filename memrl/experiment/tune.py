@@ -318,9 +318,12 @@ def _run_config(settings: TuneSettings, exp: ExperimentConfig, out: Path) -> Any
         stop["training_iteration"] = exp.run.stop_iters
     if exp.run.stop_timesteps:
         stop["env_steps_sampled"] = exp.run.stop_timesteps
+    if exp.run.stop_seconds:
+        stop["time_total_s"] = exp.run.stop_seconds
     if not stop:
         raise ValueError(
-            "run.stop_iters and run.stop_timesteps are both 0: a sweep needs a stop criterion"
+            "run.stop_iters, run.stop_timesteps and run.stop_seconds are all 0: a sweep needs a "
+            "stop criterion"
         )
     every = settings.checkpoint_every
     if every is None:
