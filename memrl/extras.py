@@ -60,7 +60,11 @@ def require(module: str, feature: str) -> None:
     """
     import importlib.util
 
-    if importlib.util.find_spec(module) is None:
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a broken install counts as missing
+        found = False
+    if not found:
         extra = EXTRA_OF_MODULE[module]
         raise ImportError(
             f"{feature} needs {module}, which is not installed: it comes with the {extra!r} "
