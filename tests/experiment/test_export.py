@@ -23,16 +23,38 @@ import numpy as np, torch
 from ray.rllib.core.columns import Columns
 from ray.rllib.core.rl_module.rl_module import RLModule
 module = RLModule.from_checkpoint(sys.argv[1])
-obs = torch.tensor(np.asarray(json.loads(sys.argv[2]), dtype=np.float32))
-with torch.no_grad():
-    out = module.forward_inference({Columns.OBS: obs})
+logits = None
+if sys.argv[2] != "-":
+    obs = torch.tensor(np.asarray(json.loads(sys.argv[2]), dtype=np.float32))
+    with torch.no_grad():
+        logits = module.forward_inference({Columns.OBS: obs})[Columns.ACTION_DIST_INPUTS].tolist()
 training = sorted(
     m for m in sys.modules
     if m.startswith("memrl.experiment") or m in ("memrl.methods.ppo", "memrl.methods.baselines")
     or m.startswith("memrl.") and m.endswith((".learner", ".settings", ".algorithm", ".batch"))
 )
-print(json.dumps({"logits": out[Columns.ACTION_DIST_INPUTS].tolist(), "training": training}))
+print(json.dumps({"logits": logits, "training": training, "class": type(module).__name__}))
 """
+
+
+def _load_alone(path, obs="-"):
+    """Loads an exported RLModule in a fresh interpreter; returns what it reports."""
+    done = subprocess.run(
+        [sys.executable, "-c", LOAD_RLMODULE, str(path), obs],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_memo_rlmodule_export_loads_without_the_training_code(tmp_path):
+    run = tmp_path / "memo"
+    shutil.copytree(FIXTURES / "memo_v0_1", run)
+    loaded = _load_alone(export_checkpoint(run, "rlmodule", tmp_path / "policy"))
+    assert loaded["class"] == "MemoRLModule" and loaded["training"] == []
 
 
 def test_rlmodule_export_loads_without_the_training_code(tmp_path):
@@ -45,15 +67,7 @@ def test_rlmodule_export_loads_without_the_training_code(tmp_path):
     assert json.loads((out / "memrl_export.json").read_text())["format"] == "rlmodule"
     obs = [[0.25, 0.5, 0.0, 0.1] + [0.0] * 7, [0.0, 0.75, 1.0, 0.3] + [0.0] * 7]
     # A fresh interpreter that imports nothing of memrl's training code.
-    done = subprocess.run(
-        [sys.executable, "-c", LOAD_RLMODULE, str(out), json.dumps(obs)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    loaded = json.loads(done.stdout.strip().splitlines()[-1])
+    loaded = _load_alone(out, json.dumps(obs))
     assert loaded["training"] == []
     (ckpt,) = sorted((run / "checkpoints").iterdir())[-1:]
     original = RLModule.from_checkpoint(str(ckpt / MODULE_DIR))
