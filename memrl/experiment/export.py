@@ -65,7 +65,7 @@ def _export_lm(module_dir: Path, fmt: str, out: Path) -> None:
     require("transformers", f"memrl export --format {fmt}")
     from ray.rllib.core.rl_module.rl_module import RLModule
 
-    module = RLModule.from_checkpoint(str(module_dir))
+    module = RLModule.from_checkpoint(str(module_dir.resolve()))
     lm: Any = getattr(getattr(module, "policy", None), "lm", None)
     tokenizer = getattr(module, "tokenizer", None)
     if lm is None or tokenizer is None:

@@ -38,11 +38,17 @@ class Panel:
 
 
 def x_axis(frame: Any) -> tuple[str, str]:
-    """(column, label) of the x axis: env steps when they grow, else training iterations."""
+    """(column, label) of the x axis: env steps when they grow, else (and for text agents,
+    whose env steps are turns) training iterations."""
     steps = frame.get("env_steps_sampled")
-    if steps is not None and steps.nunique() > 1:
+    if steps is not None and steps.nunique() > 1 and not is_text_run(frame):
         return "env_steps_sampled", "env steps"
     return "training_iteration", "training iteration"
+
+
+def is_text_run(frame: Any) -> bool:
+    """Whether the metrics are a text agent's (exact match or peak tokens per episode)."""
+    return any(re.search(r"(^|_)(em|peak_tokens)$", c) for c in frame.columns)
 
 
 def _present(frame: Any, column: str) -> bool:
@@ -59,8 +65,12 @@ def _pretty(column: str) -> str:
     name = column[len("learner_") :] if column.startswith("learner_") else column
     if name.startswith("eval_"):
         rest = name[len("eval_") :]
-        where = rest.rsplit("_", 1)[0] if "_" in rest else ""
-        return "held-out" + (f" ({where})" if where and where not in _MEMORY_NAMES else "")
+        where = ""
+        for metric in _TEXT_METRICS:
+            if rest.endswith("_" + metric):
+                where = rest[: -len(metric) - 1]
+                break
+        return "held-out" + (f" ({where.replace('_', ' ')})" if where else "")
     if name.startswith("rollout_"):
         return "training rollouts"
     if name.startswith("memory_"):
@@ -68,7 +78,7 @@ def _pretty(column: str) -> str:
     return name.replace("_", " ")
 
 
-_MEMORY_NAMES = ("peak_tokens", "mean_context_tokens", "dependency")
+_TEXT_METRICS = ("peak_tokens", "mean_context_tokens", "dependency", "em", "f1")
 
 MEMORY_PANELS: tuple[tuple[str, str, str], ...] = (
     (r"peak_tokens$", "peak tokens in context", "tokens"),
@@ -82,7 +92,16 @@ MEMORY_PANELS: tuple[tuple[str, str, str], ...] = (
 def training_panels(frame: Any) -> list[Panel]:
     """The panels this run's metrics can fill (see the module docstring)."""
     panels: list[Panel] = []
-    if _present(frame, "episode_return_mean"):
+    if is_text_run(frame) and _present(frame, "learner_reward_mean"):
+        # A text agent's reward per episode (its runner's episode_return_mean counts no reward).
+        panels.append(
+            Panel(
+                "reward per episode (training rollouts)",
+                "reward (mean per episode)",
+                [("learner_reward_mean", "")],
+            )
+        )
+    elif _present(frame, "episode_return_mean"):
         panels.append(
             Panel("return per trial", "return (mean per episode)", [("episode_return_mean", "")])
         )
@@ -113,7 +132,7 @@ def training_panels(frame: Any) -> list[Panel]:
     for pattern, title, unit in MEMORY_PANELS:
         cols = _matching(frame, pattern)
         if cols:
-            panels.append(Panel(title, f"{title} ({unit})", [(c, _pretty(c)) for c in cols]))
+            panels.append(Panel(title, unit, [(c, _pretty(c)) for c in cols]))
     if _present(frame, "learner_total_loss"):
         panels.append(Panel("learner loss", "total loss", [("learner_total_loss", "")]))
     if _present(frame, "learner_entropy"):
@@ -162,6 +181,9 @@ def draw_training(frame: Any, title: str) -> Any:
     for ax, panel in zip(axes.flat, panels, strict=False):
         for n, (column, label) in enumerate(panel.lines):
             y = frame[column].astype(float)
+            # Metrics logged every few iterations (held-out evaluations) are joined across gaps.
+            keep = y.notna().to_numpy()
+            y, xs = y[keep], x[keep]
             color = None
             if len(panel.lines) > 1:  # the first line stands out; the others shade in order
                 shade = (n - 1) / max(1, len(panel.lines) - 2) * 0.85
@@ -170,10 +192,10 @@ def draw_training(frame: Any, title: str) -> Any:
             if panel.smooth and window > 1:
                 mean = y.rolling(window, min_periods=1).mean().to_numpy()
                 std = y.rolling(window, min_periods=1).std().fillna(0.0).to_numpy()
-                (line,) = ax.plot(x, mean, color=color, label=label or None, marker=marker)
-                ax.fill_between(x, mean - std, mean + std, color=line.get_color(), alpha=0.15)
+                (line,) = ax.plot(xs, mean, color=color, label=label or None, marker=marker)
+                ax.fill_between(xs, mean - std, mean + std, color=line.get_color(), alpha=0.15)
             else:
-                ax.plot(x, y.to_numpy(), color=color, label=label or None, marker=marker)
+                ax.plot(xs, y.to_numpy(), color=color, label=label or None, marker=marker)
         ax.set_title(panel.title, fontsize=10)
         ax.set_xlabel(x_label)
         ax.set_ylabel(panel.ylabel)

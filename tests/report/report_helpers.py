@@ -107,12 +107,15 @@ def mem1_rows(n: int = 12) -> list[dict]:
     return [
         {
             "training_iteration": i + 1,
-            "env_steps_sampled": 0,
-            "episode_return_mean": float("nan"),
+            "env_steps_sampled": 10 * i,  # turns, not env steps of a simulator
+            "episode_return_mean": 0.0,  # the text runner's episodes carry no reward
+            "learner_reward_mean": 0.1 + 0.05 * i,
             "time_total_s": 10.0 * (i + 1),
             "learner_rollout_em": 0.1 + 0.03 * i,
             "learner_rollout_f1": 0.2 + 0.03 * i,
-            "learner_eval_em": 0.05 + 0.03 * i,
+            # held-out evaluations every other iteration
+            "learner_eval_em": 0.05 + 0.03 * i if i % 2 == 0 else float("nan"),
+            "learner_eval_unseen_em": 0.02 * i if i % 2 == 0 else float("nan"),
             "learner_rollout_peak_tokens": 300.0 + i,
             "learner_rollout_dependency": 20000.0 + 100 * i,
             "learner_rollout_mean_context_tokens": 250.0,

@@ -75,6 +75,7 @@ def test_training_panels_follow_what_the_run_logged():
     mem1 = pd.DataFrame(mem1_rows())
     titles = [p.title for p in training_panels(mem1)]
     assert titles == [
+        "reward per episode (training rollouts)",
         "exact match",
         "F1",
         "peak tokens in context",
@@ -82,16 +83,16 @@ def test_training_panels_follow_what_the_run_logged():
         "dependency (attention work)",
         "learner loss",
     ]
-    # MEM1 counts no env steps: its curves run over iterations, never as one dot.
+    # A text agent's env steps are turns: its curves run over iterations, never as one dot.
     assert x_axis(mem1) == ("training_iteration", "training iteration")
     fig = draw_training(mem1, "mem1")
     assert len(fig.axes) == len(titles)  # no empty panel
-    em = fig.axes[0]
-    assert len(em.lines) == 2 and {t.get_text() for t in em.get_legend().get_texts()} == {
-        "held-out",
-        "training rollouts",
-    }
-    assert all(len(line.get_xdata()) == 12 for line in em.lines)
+    em = fig.axes[1]
+    legend = [t.get_text() for t in em.get_legend().get_texts()]
+    assert legend == ["held-out", "held-out (unseen)", "training rollouts"]
+    # Held-out scores come every other iteration: their points are joined, none is dropped.
+    assert [len(line.get_xdata()) for line in em.lines] == [6, 6, 12]
+    assert list(em.lines[0].get_xdata()) == [1, 3, 5, 7, 9, 11]
 
 
 def test_report_command_errors_and_writes(tmp_path):
