@@ -146,11 +146,14 @@ def _keep_in_run(
     from memrl.experiment.run_report import write_run_report
 
     folder = run.path / "eval"
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / f"{ckpt.name}.json").write_text(json.dumps(result, indent=1))
-    if replays:
-        (folder / f"{ckpt.name}.replay.json").write_text(json.dumps({"trials": replays}))
-    echo(f"report: {write_run_report(run.path)}")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{ckpt.name}.json").write_text(json.dumps(result, indent=1))
+        if replays:
+            (folder / f"{ckpt.name}.replay.json").write_text(json.dumps({"trials": replays}))
+        echo(f"report: {write_run_report(run.path)}")
+    except OSError as err:  # a read-only run directory: the results were printed (and --output)
+        logger.warning("could not keep the evaluation in %s (%s)", folder, err)
 
 
 def _std(values: list[float]) -> float:
