@@ -108,6 +108,11 @@ def test_transcript_browser(tmp_path, browser):
     assert len(turns) == 4
     assert turns[2].find_element("tag name", "h4").text == "Turn 3 · 75 tokens kept, 30 dropped"
     assert "facts known after turn 2" in turns[2].find_element("css selector", ".state").text
+    summaries = [e.text for e in turns[2].find_elements("tag name", "summary")]
+    assert summaries[:2] == [
+        "Context the model saw: the prompt + turn 2 (turn 1 dropped)",
+        "Dropped from the context: turn 1",
+    ]
     assert turns[3].find_element("css selector", ".action").text == "answer: Paris; 1889"
     dropped = turns[3].find_elements("css selector", "details")[1]
     assert dropped.find_element("tag name", "summary").text == (

@@ -65,6 +65,10 @@
     return bar;
   }
 
+  function turnRange(a, b) {
+    return a === b ? "turn " + a : "turns " + a + "–" + b;
+  }
+
   function renderTurn(episode, j, info) {
     const turn = episode.turns[j];
     const window = info.window;  // null: every earlier turn stays in the context
@@ -80,8 +84,8 @@
     const seen = el("details", {}, [
       el("summary", {
         text: "Context the model saw: the prompt" +
-          (j > first ? " + turns " + (first + 1) + "–" + j : "") +
-          (first > 0 ? " (turns 1–" + first + " dropped)" : ""),
+          (j > first ? " + " + turnRange(first + 1, j) : "") +
+          (first > 0 ? " (" + turnRange(1, first) + " dropped)" : ""),
       }),
       textBlock("prompt", episode.prompt),
     ]);
@@ -95,7 +99,7 @@
     card.appendChild(seen);
     if (first > 0) {
       const dropped = el("details", {}, [
-        el("summary", { text: "Dropped from the context: turns 1–" + first }),
+        el("summary", { text: "Dropped from the context: " + turnRange(1, first) }),
       ]);
       for (let t = 0; t < first; t++) {
         dropped.appendChild(textBlock("turn " + (t + 1), episode.turns[t].generated +
