@@ -1,6 +1,7 @@
 # The two commands of the README: `make run` (the main job) and `make test` (the test suite).
-# Both create .venv on first use. torch==2.13.0 is installed before anything else so that a CPU
-# machine takes the CPU wheel and never pulls a multi-GB CUDA build through a dependency.
+# Both create .venv on first use with every extra (pyproject.toml). torch==2.13.0 is installed
+# before anything else so that a CPU machine takes the CPU wheel and never pulls a multi-GB CUDA
+# build through a dependency.
 
 PYTHON ?= python3.11
 VENV := .venv
@@ -16,7 +17,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e '.[dev,dense]'
+	$(PY) -m pip install --quiet -e '.[all,dev]'
 	touch $(STAMP)
 
 install: $(STAMP)

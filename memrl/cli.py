@@ -1,4 +1,4 @@
-"""The `memrl` command: train, eval, tune, and the bench/serve/data command groups.
+"""The `memrl` command: train, eval, tune, report, compare, export, and the bench/serve/data groups.
 
 User errors (a bad config, a missing file, an impossible resource request) are printed as one
 ``error: ...`` line with exit code 2, without a traceback; ``MEMRL_DEBUG=1`` shows the traceback.
@@ -15,6 +15,7 @@ import warnings
 from collections.abc import Sequence
 
 from memrl import plugins
+from memrl.extras import missing_extra
 
 EXIT_USAGE = 2
 
@@ -64,6 +65,68 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--output", help="write the results as JSON to this file")
     _add_set(p, "override a value of the run's config, e.g. --set env.config.trial_len=1000")
     p.add_argument("--explore", action="store_true", help="sample actions instead of the mode")
+    p.add_argument(
+        "--replays",
+        type=int,
+        default=3,
+        help="trials recorded step by step for the report's replay (grid and navigation envs; "
+        "0: none; default: %(default)s)",
+    )
+
+
+def _add_report(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "report",
+        help="write a run's HTML report",
+        description="Write one self-contained HTML page of a run: training curves, evaluation "
+        "table, replays of evaluation trials (grid envs) or transcripts (text agents), config. "
+        "`memrl train` and `memrl eval` write it too.",
+    )
+    p.add_argument("run_dir", help="a run directory (runs/NAME)")
+    p.add_argument("--output", help="the HTML file (default: RUN_DIR/report.html)")
+
+
+def _add_compare(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "compare",
+        help="plot several runs and seeds together",
+        description="Curves of several runs on one plot (mean and spread per label: runs with "
+        "the same label are seeds) and a table at equal env steps; writes PNG + parquet.",
+    )
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories")
+    p.add_argument(
+        "--label",
+        action="append",
+        dest="labels",
+        help="label of each run, in order (repeat once per run; default: the model)",
+    )
+    p.add_argument(
+        "--metric",
+        default="episode_return_mean",
+        help="metrics.parquet column to compare (default: %(default)s; e.g. inner_return_1)",
+    )
+    p.add_argument(
+        "--points", type=int, default=4, help="env-step counts in the table (default: 4)"
+    )
+    p.add_argument(
+        "--output", default="compare_out", help="output directory (default: %(default)s)"
+    )
+    p.add_argument("--json", action="store_true", help="print the table as JSON")
+
+
+def _add_export(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "export",
+        help="export a trained policy",
+        description="Export a checkpoint's policy: hf (a Hugging Face model folder, LoRA "
+        "merged), lora (a peft adapter folder) or rlmodule (an RLModule checkpoint that "
+        "RLModule.from_checkpoint loads without memrl's training code).",
+    )
+    p.add_argument(
+        "checkpoint", help="a checkpoint dir (runs/NAME/checkpoints/iter_N) or a run dir"
+    )
+    p.add_argument("--format", required=True, choices=["hf", "lora", "rlmodule"], dest="fmt")
+    p.add_argument("--output", required=True, help="a new or empty folder")
 
 
 def _add_tune(sub: argparse._SubParsersAction) -> None:
@@ -113,6 +176,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_train(sub)
     _add_eval(sub)
     _add_tune(sub)
+    _add_report(sub)
+    _add_compare(sub)
+    _add_export(sub)
     _add_group(sub, "bench", "benchmarks: print a table, write parquet + PNG")
     _add_group(sub, "serve", "services: retrieval server, WebShop site")
     _add_group(sub, "data", "build corpora, indexes, task sets and catalogues")
@@ -144,7 +210,36 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         output=args.output,
         overrides=args.overrides,
         explore=args.explore,
+        replays=args.replays,
     )
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from memrl.experiment.run_report import write_run_report
+
+    print(f"wrote {write_run_report(args.run_dir, args.output)}")
+    return 0
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from memrl.experiment.compare import compare_runs
+
+    compare_runs(
+        args.run_dirs,
+        args.labels,
+        output=args.output,
+        metric=args.metric,
+        points=args.points,
+        as_json=args.json,
+    )
+    return 0
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from memrl.experiment.export import export_checkpoint
+
+    print(f"wrote {export_checkpoint(args.checkpoint, args.fmt, args.output)}")
     return 0
 
 
@@ -171,6 +266,9 @@ def _cmd_group(args: argparse.Namespace) -> int:
     return int(module.run(sub_args) or 0)
 
 
+COMMANDS = {"report": _cmd_report, "compare": _cmd_compare, "export": _cmd_export}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -190,20 +288,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_eval(args)
         if args.command == "tune":
             return _cmd_tune(args)
+        if args.command in COMMANDS:
+            return COMMANDS[args.command](args)
         return _cmd_group(args)
     except (ValueError, TypeError, FileNotFoundError, NotImplementedError) as err:
         if os.environ.get("MEMRL_DEBUG"):
             traceback.print_exc()
         print(f"error: {err}", file=sys.stderr)
         return EXIT_USAGE
-    except ImportError as err:  # an optional dependency (an extra) that is not installed
+    except ImportError as err:
+        hint = str(err) if "memrl[" in str(err) else missing_extra(err)
+        if hint is None:
+            raise
         if os.environ.get("MEMRL_DEBUG"):
             traceback.print_exc()
-        print(
-            f"error: {err} (an optional dependency is missing: install the extra that provides "
-            "it, e.g. pip install -e '.[dense]'; README lists the extras)",
-            file=sys.stderr,
-        )
+        print(f"error: {hint}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print(

@@ -180,8 +180,16 @@ class RunSettings:
     """Seed of the algorithm, env runners and envs."""
     eval_episodes: int = 10
     """Episodes `memrl eval` runs by default."""
+    loggers: list[Literal["tensorboard", "wandb", "mlflow"]] = field(
+        default_factory=lambda: ["tensorboard"]
+    )
+    """Where metrics go besides metrics.parquet: tensorboard (<run>/tb), wandb (Weights & Biases;
+    WANDB_MODE=offline keeps it local), mlflow (MLFLOW_TRACKING_URI, else a file store in
+    <run>/mlruns). wandb and mlflow need the `loggers` extra (memrl/experiment/loggers.py)."""
 
     def validate(self, where: str) -> None:
+        if len(set(self.loggers)) != len(self.loggers):
+            raise ValueError(f"{where}.loggers names a logger twice: {self.loggers}")
         for name in ("stop_iters", "stop_timesteps", "stop_seconds"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{where}.{name} must be >= 0, got {getattr(self, name)}")

@@ -5,6 +5,10 @@ runner (no remote runners, no remote learners, no GPUs), the checkpoint is resto
 weights are pushed to that runner; episodes are then sampled with ``explore=False`` (the policy's
 mode) unless ``--explore``. For envs with inner episodes (Dark-Key-To-Door, corridor, ObjNav) the
 report includes the mean return of each inner-episode index within a trial.
+
+The results are also kept in the run directory (``eval/<checkpoint>.json``), with replays of the
+first trials on grid and navigation envs (``eval/<checkpoint>.replay.json``, see replay.py), and
+the run's HTML report (``report.html``) is written again to include them.
 """
 
 from __future__ import annotations
@@ -53,10 +57,15 @@ def evaluate_checkpoint(
     output: str | Path | None = None,
     overrides: list[str] | None = None,
     explore: bool = False,
+    replays: int = 3,
     echo: Any = print,
 ) -> dict[str, Any]:
-    """Evaluates a checkpoint; returns (and optionally writes as JSON) the results."""
+    """Evaluates a checkpoint; returns (and optionally writes as JSON) the results.
+
+    ``replays``: trials recorded step by step for the report (grid and navigation envs only).
+    """
     from memrl.experiment.callbacks import inner_episode_stats
+    from memrl.experiment.replay import REPLAY_ENVS, ReplayRecorder, replays_for
 
     run, ckpt = resolve_checkpoint(checkpoint)
     data = yaml.safe_load(run.config.read_text())
@@ -76,11 +85,16 @@ def evaluate_checkpoint(
             custom_resources_per_env_runner={},
         ),
     )
+    record = replays > 0 and exp.env.id in REPLAY_ENVS
+    if record:  # the recorder reads single envs (the same trajectories as the vector env)
+        exp = replace(exp, resources=replace(exp.resources, env_vectorize_mode="sync"))
     with ray_session(None, num_cpus=1):
         algo = build_algo(build_algorithm_config(exp.located(run.path)), run.path / "rllib")
         try:
             restore_checkpoint(algo, ckpt, acting_only=True)
             runner = algo.env_runner
+            if record:
+                runner.env = ReplayRecorder(runner.env, exp.env.id)
             t0 = time.time()
             done: list[Any] = []
             while len(done) < episodes:
@@ -90,6 +104,7 @@ def evaluate_checkpoint(
         finally:
             algo.stop()
     done = done[:episodes]
+    recorded = replays_for(runner.env, done, replays) if record else []
     returns = [float(ep.get_return()) for ep in done]
     lengths = [len(ep) for ep in done]
     result: dict[str, Any] = {
@@ -120,7 +135,25 @@ def evaluate_checkpoint(
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(result, indent=1))
         echo(f"wrote {out}")
+    _keep_in_run(run, ckpt, result, recorded, echo)
     return result
+
+
+def _keep_in_run(
+    run: RunDir, ckpt: Path, result: dict[str, Any], replays: list[dict[str, Any]], echo: Any
+) -> None:
+    """Writes the results (and replays) under the run's eval/ and refreshes its report."""
+    from memrl.experiment.run_report import write_run_report
+
+    folder = run.path / "eval"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{ckpt.name}.json").write_text(json.dumps(result, indent=1))
+        if replays:
+            (folder / f"{ckpt.name}.replay.json").write_text(json.dumps({"trials": replays}))
+        echo(f"report: {write_run_report(run.path)}")
+    except OSError as err:  # a read-only run directory: the results were printed (and --output)
+        logger.warning("could not keep the evaluation in %s (%s)", folder, err)
 
 
 def _std(values: list[float]) -> float:

@@ -6,7 +6,9 @@ A run directory (``<run.output_dir>/<name>`` or ``--output``) holds:
 - ``metrics.parquet``: one row per iteration (rewritten atomically after each one);
 - ``checkpoints/iter_NNNNNN/``: RLlib checkpoints, written to a temp dir and renamed, so a kill
   during a save never leaves a half checkpoint that looks complete;
-- ``tb/``: TensorBoard event files; ``curve.png``: the learning curve; ``summary.md``.
+- ``tb/``: TensorBoard event files (and ``wandb/`` or ``mlruns/`` with those loggers in
+  ``run.loggers``, see loggers.py); ``curve.png``: the learning curves; ``summary.md``;
+- ``report.html``: the run report (run_report.py), rewritten by ``memrl eval``.
 
 ``--resume`` continues from the newest checkpoint: the iteration counter goes on, rows of
 iterations after that checkpoint (whose effects were lost with the kill) are dropped and redone, and
@@ -29,6 +31,9 @@ import yaml
 from memrl.experiment.build import build_algorithm_config, check_resources, validate_env
 from memrl.experiment.config import ExperimentConfig, parse_config
 from memrl.experiment.ray_session import ray_session
+from memrl.experiment.replay import REPLAY_ENVS
+from memrl.experiment.run_plots import plot_training_png
+from memrl.experiment.run_report import write_run_report
 
 logger = logging.getLogger(__name__)
 
@@ -192,48 +197,6 @@ def progress_line(row: dict[str, Any], stop_iters: int, steps_per_s: float) -> s
     return " | ".join(parts)
 
 
-def plot_curve(rows: list[dict[str, Any]], path: Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    steps = [r["env_steps_sampled"] for r in rows]
-    inner_keys = sorted(
-        {
-            k
-            for r in rows
-            for k in r
-            if k.startswith("inner_return_") and k[len("inner_return_") :].isdigit()
-        },
-        key=lambda k: int(k.rsplit("_", 1)[1]),
-    )
-    ncols = 2 if inner_keys else 1
-    fig, axes = plt.subplots(1, ncols, figsize=(6 * ncols, 4), squeeze=False)
-    ax = axes[0][0]
-    ax.plot(steps, [r["episode_return_mean"] for r in rows], marker=".")
-    ax.set_xlabel("env steps")
-    ax.set_ylabel("episode (trial) return, mean")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    if inner_keys:
-        ax = axes[0][1]
-        for k in inner_keys[:6]:
-            ax.plot(
-                steps,
-                [r.get(k, math.nan) for r in rows],
-                label=k.replace("inner_return_", "inner ep "),
-            )
-        ax.set_xlabel("env steps")
-        ax.set_ylabel("return of inner episode k")
-        ax.set_title("memory use: later inner episodes vs the first")
-        ax.legend(fontsize=8)
-        ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
 def summary_table(rows: list[dict[str, Any]], run_dir: RunDir, wall_s: float) -> str:
     from memrl.experiment.report import format_table
 
@@ -343,7 +306,7 @@ def train(
     run.path.mkdir(parents=True, exist_ok=True)
     run.config.write_text(yaml.safe_dump(exp.to_dict(), sort_keys=False))
 
-    from tensorboardX import SummaryWriter
+    from memrl.experiment.loggers import RunLoggers
 
     start_wall = time.time()
     with ray_session(address, dashboard=dashboard) as info:
@@ -360,7 +323,9 @@ def train(
                 echo(f"resuming from {checkpoint} (iteration {algo_iteration(checkpoint)})")
                 restore_checkpoint(algo, checkpoint)
             run.write_metrics(rows)
-            writer = SummaryWriter(str(run.tb), purge_step=algo.iteration + 1)
+            loggers = RunLoggers(
+                exp.run.loggers, run.path, exp.name, exp.to_dict(), first_iteration=algo.iteration
+            )
             last_saved = algo.iteration
             while not _should_stop(exp, algo.iteration, rows):
                 t0 = time.time()
@@ -369,14 +334,7 @@ def train(
                 steps_before = rows[-1]["env_steps_sampled"] if rows else 0
                 rows.append(row)
                 run.write_metrics(rows)
-                for key, value in row.items():
-                    if (
-                        key != "training_iteration"
-                        and isinstance(value, float | int)
-                        and (math.isfinite(value))
-                    ):
-                        writer.add_scalar(key, value, row["training_iteration"])
-                writer.flush()
+                loggers.log(row)
                 rate = (row["env_steps_sampled"] - steps_before) / max(time.time() - t0, 1e-9)
                 echo(progress_line(row, exp.run.stop_iters, rate))
                 if algo.iteration % exp.run.checkpoint_every == 0:
@@ -384,17 +342,20 @@ def train(
                     last_saved = algo.iteration
             if algo.iteration != last_saved:
                 run.save_checkpoint(algo, algo.iteration, exp.run.keep_checkpoints)
-            writer.close()
+            loggers.close()
         finally:
             algo.stop()
     if rows:
-        plot_curve(rows, run.curve, exp.name)
+        plot_training_png(rows, run.curve, exp.name)
         table = summary_table(rows, run, time.time() - start_wall)
         run.summary.write_text(f"# {exp.name}\n\n{table}\n")
         echo("\n" + table)
+    report = write_run_report(run.path)
     echo(
         f"\nrun directory: {run.path}\n  config.yaml, metrics.parquet, checkpoints/, tb/, "
-        "curve.png, summary.md"
+        f"curve.png, summary.md, report.html\nreport: {report} (open it in a browser; "
+        f"`memrl eval {run.path}` adds an evaluation"
+        + (" with replays of its trials)" if exp.env.id in REPLAY_ENVS else ")")
     )
     return run
 

@@ -313,6 +313,8 @@ def summary_text(
 def _run_config(settings: TuneSettings, exp: ExperimentConfig, out: Path) -> Any:
     from ray import tune
 
+    from memrl.experiment.loggers import ray_logger_callbacks
+
     stop: dict[str, int] = {}
     if exp.run.stop_iters:
         stop["training_iteration"] = exp.run.stop_iters
@@ -343,6 +345,7 @@ def _run_config(settings: TuneSettings, exp: ExperimentConfig, out: Path) -> Any
             checkpoint_at_end=True,
         ),
         failure_config=tune.FailureConfig(max_failures=settings.max_failures),
+        callbacks=ray_logger_callbacks(exp.run.loggers, out, out.name),
         verbose=1,
     )
 

@@ -117,12 +117,12 @@ def test_launcher_node_types_and_setup(path):
         t["docker"]["worker_image"] for t in types.values() if "docker" in t
     ]
     assert all(f"ray:{ray.__version__}-py311" in image for image in images), images
-    # memrl is installed on every node (the head, the default workers and each override).
+    # memrl with every extra is installed on every node (head, default workers, each override).
     command_lists = [config["head_setup_commands"], config["worker_setup_commands"]] + [
         t["worker_setup_commands"] for t in types.values() if "worker_setup_commands" in t
     ]
     for commands in command_lists:
-        assert "pip install -q -e ~/memrl" in commands, commands
+        assert "pip install -q -e ~/memrl[all]" in commands, commands  # every extra
         assert any(c.startswith("pip install -q torch==2.13.0") for c in commands), commands
     habitat_setup = " ".join(habitat["worker_setup_commands"])
     assert "conda create -n habitat" in habitat_setup and "habitat-sim=" in habitat_setup

@@ -48,6 +48,7 @@ def test_train_writes_a_complete_run_dir_and_eval_reads_it(tmp_path):
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["iter_000001", "iter_000002"]
     assert any(p.name.startswith("events.out.tfevents") for p in (run / "tb").iterdir())
     assert (run / "curve.png").stat().st_size > 1000
+    assert 'id="training"' in (run / "report.html").read_text()
     # No Ray state in the home dir (matplotlib's font cache in ~/.cache is fine).
     assert not (home / "ray_results").exists() and not (home / ".ray").exists()
 
