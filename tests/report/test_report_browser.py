@@ -4,44 +4,20 @@ transcript browser and replay player respond to clicks."""
 from __future__ import annotations
 
 import io
-import os
-import shutil
-import tempfile
 
 import pytest
+from chromium_testing import chromium_driver
 from report_helpers import make_key_door_run, make_mem1_run
 
-from memrl.envs.web_search.config import DEFAULT_CHROME_FLAGS
 from memrl.experiment.run_report import write_run_report
-
-CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 
 
 @pytest.fixture(scope="module")
 def browser():
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    assert os.path.isfile(CHROMIUM) and os.path.isfile(CHROMEDRIVER), (
-        "the browser tests need Debian's chromium and chromium-driver (make browser)"
-    )
-    profile = tempfile.mkdtemp(prefix="memrl-report-chromium-")
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in DEFAULT_CHROME_FLAGS:
-        options.add_argument(flag)
-    options.add_argument(f"--user-data-dir={profile}")
-    options.add_argument("--window-size=1280,1600")
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    env = dict(os.environ, XDG_CONFIG_HOME=profile, XDG_CACHE_HOME=profile)
-    driver = webdriver.Chrome(
-        service=Service(executable_path=CHROMEDRIVER, env=env), options=options
-    )
-    try:
+    with chromium_driver(
+        "--window-size=1280,1600", capabilities={"goog:loggingPrefs": {"browser": "ALL"}}
+    ) as driver:
         yield driver
-    finally:
-        driver.quit()
-        shutil.rmtree(profile, ignore_errors=True)
 
 
 def _open(driver, page):

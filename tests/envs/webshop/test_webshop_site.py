@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import tempfile
 import urllib.request
 
 import pytest
+from chromium_testing import chromium_driver
 
-from memrl.envs.web_search.config import DEFAULT_CHROME_FLAGS
 from memrl.envs.webshop import CatalogueSpec, ScriptedShopper, WebShopEngine, get_world
 from memrl.envs.webshop.site import WebShopSite, start_server
 
@@ -26,64 +25,8 @@ def server():
 
 @pytest.fixture(scope="module")
 def browser():
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = "/usr/bin/chromium"
-    with tempfile.TemporaryDirectory() as profile:
-        for flag in (*DEFAULT_CHROME_FLAGS, f"--user-data-dir={profile}"):
-            opts.add_argument(flag)
-        driver = webdriver.Chrome(
-            service=Service(executable_path="/usr/bin/chromedriver"), options=opts
-        )
-        driver.set_page_load_timeout(30)
-        import psutil
-
-        tree = psutil.Process(driver.service.process.pid).children(recursive=True)
-        try:
-            yield driver
-        finally:
-            driver.quit()
-            _end_leftovers(tree, profile)
-
-
-def _end_leftovers(tree: list, profile: str) -> None:
-    """Ends what quit() can leave: the browser after a failed test, and Chromium's crashpad
-    helpers, which exit late and, when another test made this process a child subreaper, come
-    back to it as children that must be reaped."""
-    import time
-
-    import psutil
-
-    _, alive = psutil.wait_procs(tree, timeout=5)
-    alive += [
-        p for p in psutil.process_iter(["cmdline"]) if profile in " ".join(p.info["cmdline"] or [])
-    ]
-    for proc in alive:
-        try:
-            proc.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(alive, timeout=5)
-    deadline = time.time() + 5
-    while time.time() < deadline:
-        kids = []
-        for child in psutil.Process().children():
-            try:
-                if child.name().startswith(("chrome", "chromium")):
-                    kids.append(child)
-            except psutil.NoSuchProcess:
-                pass
-        if not kids:
-            return
-        for child in kids:
-            try:
-                if child.status() != psutil.STATUS_ZOMBIE:
-                    child.kill()
-                child.wait(timeout=1)
-            except (psutil.NoSuchProcess, psutil.TimeoutExpired):
-                pass
+    with chromium_driver() as driver:
+        yield driver
 
 
 def _page(driver) -> str:
