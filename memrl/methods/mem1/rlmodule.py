@@ -11,9 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import torch
 from ray.rllib.core.rl_module.apis import InferenceOnlyAPI
 from ray.rllib.core.rl_module.torch import TorchRLModule
-from ray.rllib.utils.numpy import convert_to_numpy
 
 from memrl.methods.mem1.network import (
     LoRASettings,
@@ -86,27 +86,27 @@ class LLMRLModule(TorchRLModule, InferenceOnlyAPI):
         return any(hasattr(p, "device_mesh") for p in self.policy.parameters())
 
     def get_state(self, components=None, *, not_components=None, inference_only=False, **kwargs):
+        """The module's weights as CPU tensors in their own dtype (bf16 stays bf16: numpy, which
+        RLlib's default state uses, has no bf16); ``inference_only`` drops the value head, and
+        with LoRA keeps only the adapters (env runners load the same base weights)."""
         if self._sharded():
             if self._full_state is None:
                 raise RuntimeError(
                     "this FSDP learner holds a shard of the weights; the first learner hands "
                     "out the full state (gathered after every update)"
                 )
-            drop = tuple(f"{a}." for a in self.get_non_inference_attributes())
-            state = {
-                k: v
-                for k, v in self._full_state.items()
-                if not (inference_only and k.startswith(drop))
-            }
-            state = convert_to_numpy(state)
+            state = dict(self._full_state)
         else:
-            state = super().get_state(
-                components, not_components=not_components, inference_only=inference_only, **kwargs
-            )
+            state = self.state_dict()
+        if inference_only and not self.inference_only:
+            drop = tuple(f"{a}." for a in self.get_non_inference_attributes())
+            state = {k: v for k, v in state.items() if not k.startswith(drop)}
         if inference_only and self.lora_enabled:
-            # Env runners load the same base weights: only the adapters travel.
             state = {k: v for k, v in state.items() if "lora_" in k}
-        return state
+        return {
+            k: v.detach().to("cpu", copy=True) if isinstance(v, torch.Tensor) else v
+            for k, v in state.items()
+        }
 
     def set_state(self, state: dict[str, Any]) -> None:
         if self._sharded():
@@ -126,7 +126,6 @@ class LLMRLModule(TorchRLModule, InferenceOnlyAPI):
     def _set_sharded_state(self, state: dict[str, Any]) -> None:
         """Full weights into FSDP-sharded parameters: each learner copies its own shard (no
         communication, so any single learner may be restored)."""
-        import torch
         from torch.distributed.tensor import distribute_tensor
 
         named = dict(self.named_parameters())

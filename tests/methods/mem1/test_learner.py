@@ -171,3 +171,32 @@ def test_reference_is_refreshed_in_place(make_learner):
     assert learner._reference is ref  # no second copy is made
     for a, b in zip(ref.lm.parameters(), learner._policy().lm.parameters(), strict=True):
         assert torch.equal(a, b) and not a.requires_grad
+
+
+def test_bf16_weights_travel_as_bf16_tensors(tiny_model_dir):
+    from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+
+    from memrl.envs.text import text_space
+    from memrl.methods.mem1.rlmodule import LLMRLModule
+
+    def module(inference_only: bool):
+        cfg = {"path": str(tiny_model_dir), "dtype": "bfloat16", "value_head": True}
+        spec = RLModuleSpec(
+            module_class=LLMRLModule,
+            observation_space=text_space(),
+            action_space=text_space(),
+            model_config=cfg,
+            inference_only=inference_only,
+        )
+        return spec.build()
+
+    learner_side, runner_side = module(False), module(True)
+    with torch.no_grad():
+        for p in learner_side.parameters():
+            p.add_(0.25)
+    state = learner_side.get_state(inference_only=True)
+    assert state and all(v.dtype == torch.bfloat16 for v in state.values())
+    assert not any(k.startswith("policy.value_head") for k in state)  # runners have no critic
+    runner_side.set_state(state)
+    for name, p in runner_side.named_parameters():
+        assert torch.equal(p, dict(learner_side.named_parameters())[name])
