@@ -3,11 +3,15 @@
 One ``training_step``:
 1. every ``TextEnvRunner`` plays its batch of episodes (memrl/methods/mem1/env_runner.py);
 2. episodes become rows of token sequences in the configured sequence mode
-   (memrl/methods/mem1/batch.py), scored once by the learner (current, reference, values);
-3. advantages: PPO sums KL-shaped token rewards plus the outcome at the episode's last token into
-   returns (gamma = lambda = 1) minus the critic's values; GRPO normalizes each episode's reward
-   within its own group and broadcasts it to the episode's tokens;
-4. ``learner_group.update`` per minibatch, then ``sync_weights`` to the env runners.
+   (memrl/methods/mem1/batch.py), scored once before any update (current, reference, values),
+   each learner scoring its share of the rows;
+3. advantages (memrl/methods/mem1/advantages.py): PPO sums KL-shaped token rewards plus the
+   outcome at the episode's last token into returns (gamma = lambda = 1) minus the critic's
+   values; GRPO normalizes each episode's reward within its own group and broadcasts it to the
+   episode's tokens;
+4. ``learner_group.update`` per minibatch (split into one shard of about equal tokens per
+   learner), then ``sync_weights`` to the env runners (under FSDP after the learners gathered
+   the full weights).
 Metrics go to ``self.metrics``: env runner figures under ``env_runners/``, losses under
 ``learners/<module_id>/``, where the iteration's memory figures (``rollout_peak_tokens``, ...)
 and evaluations (``eval_em``, ...) are repeated so that every run's metrics table has them.
@@ -225,23 +229,6 @@ class Mem1Algorithm(Algorithm):
                 out[key][part["rows"]] = value
         return out
 
-    def _learner_batches(self, sub: dict[str, np.ndarray], rows: int) -> dict[str, Any]:
-        """``learner_group.update`` arguments for one minibatch: the whole of it for a local
-        learner; for L remote learners, one shard each with about equal tokens (a learner
-        without rows gets one row with no loss tokens, as DDP and FSDP need every learner)."""
-        n = len(self.learner_group)
-        if n <= 1:
-            return {"batch": MultiAgentBatch({DEFAULT_MODULE_ID: SampleBatch(sub)}, env_steps=rows)}
-        batches = []
-        for shard in shard_rows(row_lengths(sub), n):
-            part = slice_rows(sub, shard or [0])
-            if not shard:
-                part["loss_mask"] = np.zeros_like(part["loss_mask"])
-            batches.append(
-                MultiAgentBatch({DEFAULT_MODULE_ID: SampleBatch(part)}, env_steps=len(shard))
-            )
-        return {"batches": batches}
-
     def _update(self, cols: dict[str, np.ndarray], stats: dict[str, float]) -> None:
         s: Mem1Settings = self.config.mem1
         rows = cols["input_ids"].shape[0]
@@ -265,7 +252,7 @@ class Mem1Algorithm(Algorithm):
             for index in np.array_split(rng.permutation(rows), min(rows, s.num_minibatches)):
                 sub = slice_rows({k: cols[k] for k in keys}, index)
                 results = self.learner_group.update(
-                    **self._learner_batches(sub, len(index)),
+                    **learner_batches(sub, len(self.learner_group)),
                     timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: lifetime},
                 )
                 self.metrics.aggregate(results, key=LEARNER_RESULTS)
@@ -371,6 +358,24 @@ class Mem1Algorithm(Algorithm):
             "turns": [float(r["turns"]) for r in rows],
             "transcripts": str(transcripts) if transcripts is not None else None,
         }
+
+
+def learner_batches(sub: dict[str, np.ndarray], num_learners: int) -> dict[str, Any]:
+    """``learner_group.update`` arguments for one minibatch of rows: all of it for a local
+    learner (``num_learners`` 0 or 1); for L remote learners, one shard each with about equal
+    tokens (a learner without rows gets one row with no loss tokens, as DDP and FSDP need every
+    learner in every step)."""
+    rows = sub["input_ids"].shape[0]
+    if num_learners <= 1:
+        return {"batch": MultiAgentBatch({DEFAULT_MODULE_ID: SampleBatch(sub)}, env_steps=rows)}
+    batches = []
+    for shard in shard_rows(row_lengths(sub), num_learners):
+        part = slice_rows(sub, shard or [0])
+        if not shard:
+            part["loss_mask"] = np.zeros_like(part["loss_mask"])
+        batch = MultiAgentBatch({DEFAULT_MODULE_ID: SampleBatch(part)}, env_steps=len(shard))
+        batches.append(batch)
+    return {"batches": batches}
 
 
 def _first(results: Any) -> Any:
