@@ -218,16 +218,7 @@ class Mem1Algorithm(Algorithm):
         results = self.learner_group.foreach_learner(
             lambda learner: learner.score_rows(cols, budget)
         )
-        out: dict[str, np.ndarray] = {}
-        for item in results:
-            part = item.get()
-            for key, value in part.items():
-                if key == "rows":
-                    continue
-                if key not in out:
-                    out[key] = np.zeros(cols["input_ids"].shape, np.float32)
-                out[key][part["rows"]] = value
-        return out
+        return merge_scores([item.get() for item in results], cols["input_ids"].shape)
 
     def _update(self, cols: dict[str, np.ndarray], stats: dict[str, float]) -> None:
         s: Mem1Settings = self.config.mem1
@@ -358,6 +349,16 @@ class Mem1Algorithm(Algorithm):
             "turns": [float(r["turns"]) for r in rows],
             "transcripts": str(transcripts) if transcripts is not None else None,
         }
+
+
+def merge_scores(parts: list[dict[str, np.ndarray]], shape: tuple[int, int]) -> dict[str, Any]:
+    """The learners' ``score_rows`` shares as (B, T) arrays (each share names its ``rows``)."""
+    out: dict[str, np.ndarray] = {}
+    for part in parts:
+        for key, value in part.items():
+            if key != "rows":
+                out.setdefault(key, np.zeros(shape, np.float32))[part["rows"]] = value
+    return out
 
 
 def learner_batches(sub: dict[str, np.ndarray], num_learners: int) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from ray.rllib.core import COMPONENT_LEARNER, COMPONENT_RL_MODULE, DEFAULT_MODUL
 
 from memrl.envs.text import text_space
 from memrl.methods.mem1.advantages import add_advantages
-from memrl.methods.mem1.algorithm import learner_batches
+from memrl.methods.mem1.algorithm import learner_batches, merge_scores
 from memrl.methods.mem1.batch import build_rows
 from memrl.methods.mem1.context import ContextPolicy, Turn
 from memrl.methods.mem1.rollout import TextEpisode
@@ -32,9 +32,8 @@ def local_ray():
     ray.shutdown()
 
 
-def _minibatch(learner) -> dict[str, np.ndarray]:
-    """Uneven rows (so the two shards hold different numbers of loss tokens), PPO advantages."""
-    vocab = learner._policy().lm.config.vocab_size
+def _episodes(vocab: int) -> list[TextEpisode]:
+    """Episodes of growing length (uneven rows), rewards 0, 1, 0, 1, 0."""
     rng = np.random.default_rng(0)
     episodes = []
     for e in range(5):
@@ -46,6 +45,13 @@ def _minibatch(learner) -> dict[str, np.ndarray]:
         turns[-1].obs_ids = []
         episodes.append(TextEpisode(f"t{e}", f"g{e}", rng.integers(5, vocab, 6).tolist(), turns,
                                     env_reward=float(e % 2)))  # fmt: skip
+    return episodes
+
+
+def _minibatch(learner) -> dict[str, np.ndarray]:
+    """Uneven rows (so the two shards hold different numbers of loss tokens), PPO advantages."""
+    episodes = _episodes(learner._policy().lm.config.vocab_size)
+    rng = np.random.default_rng(1)
     cols = build_rows(episodes, ContextPolicy("mem1"), "per_turn", 32, pad_id=0)
     scored = {k: v for k, v in learner.score_rows(cols, 10_000).items() if k != "rows"}
     scored["ref_logp"] = scored["logp"] - 0.05 * cols["loss_mask"]
@@ -78,6 +84,17 @@ def test_two_learners_step_like_one(local_ray, mem1_config, fsdp):
         fsdp=fsdp, resources={"num_learners": 2, "num_cpus_per_learner": 1}, **kw
     ).build_learner_group(spaces=spaces)
     try:
+        # scoring: each learner scores every other row; merged, they are one learner's scores
+        vocab = one._policy().lm.config.vocab_size
+        cols = build_rows(_episodes(vocab), ContextPolicy("mem1"), "per_turn", 32, pad_id=0)
+        parts = [r.get() for r in group.foreach_learner(lambda lr: lr.score_rows(cols, 64))]
+        shares = sorted(tuple(p["rows"]) for p in parts)
+        b = cols["input_ids"].shape[0]
+        assert shares == [tuple(range(0, b, 2)), tuple(range(1, b, 2))]
+        merged = merge_scores(parts, cols["input_ids"].shape)
+        alone = one.score_rows(cols, 64)
+        for key in ("logp", "ref_logp", "values"):
+            np.testing.assert_allclose(merged[key], alone[key], atol=1e-5)
         shards = learner_batches(rows, 2)["batches"]
         tokens = [int(b.policy_batches[DEFAULT_MODULE_ID]["loss_mask"].sum()) for b in shards]
         assert tokens[0] != tokens[1]  # unequal shards: the token normalizer matters

@@ -480,3 +480,22 @@ def test_lora_module_syncs_only_adapters_and_reference_is_the_base(tmp_path, tin
         ref = plain.score(ids, pos, seg, vis)["logp"]
     torch.testing.assert_close(base, ref)
     assert (moved - base).abs().max() > 1e-4
+
+
+def test_activation_checkpointing_keeps_the_gradients(tmp_path, tiny):
+    from memrl.methods.mem1.network import load_lm
+
+    tok, lm = tiny
+    lm.save_pretrained(tmp_path)
+    grads = []
+    for checkpointing in (False, True):
+        model = load_lm(str(tmp_path), torch.float32, activation_checkpointing=checkpointing)
+        assert model.is_activation_checkpointing == checkpointing
+        policy = TokenPolicy(model, value_head=False).train()
+        ids = torch.randint(0, len(tok), (2, 24), generator=torch.Generator().manual_seed(0))
+        pos = torch.arange(24).repeat(2, 1)
+        out = policy.score(ids, pos, torch.zeros_like(ids), torch.ones((2, 1, 1), dtype=torch.bool))
+        out["logp"].sum().backward()
+        grads.append([p.grad for p in model.parameters()])
+    for a, b in zip(*grads, strict=True):
+        torch.testing.assert_close(a, b)
