@@ -8,6 +8,10 @@ Checks, in this order:
   t up to 32k: step time and K/V bytes;
 - ``mem1-gpu``: ``memrl bench mem1-gpu``, the MEM1 learner step (per-turn and packed rows) and bf16
   generation of the hf backend on a Qwen2.5-0.5B-shaped model with random weights (no hub);
+- ``mem1-learner``: ``scripts/gpu_mem1_check.py --skip-vllm``, peak CUDA memory of one MEM1
+  learner update at 8k-token rows (Qwen2.5-0.5B's width and vocabulary, 2 layers), the default
+  path (chunked log-probs, micro-batches) against full-vocabulary logits; needs CUDA (skipped
+  with ``--device cpu``);
 - ``memo-ppo``: ``scripts/gpu_learner_check.py``, one Memo PPO iteration with the learner on the
   GPU (``num_gpus_per_learner=1``) against the same on the CPU;
 - ``vllm``: generation through memrl's vLLM backend; skipped, with a line saying so, where vLLM is
@@ -56,6 +60,13 @@ MODULES = {
         "memrl.methods.mem1.network",
         "transformers.models.qwen2.modeling_qwen2",
     ],
+    "mem1-learner": [
+        "ray.rllib.core",
+        "memrl.bench.mem1_memory",
+        "memrl.envs.text",
+        "memrl.methods.mem1.learner",
+        "memrl.experiment.report",
+    ],
     "memo-ppo": [
         "ray",
         "ray.rllib.algorithms.ppo",
@@ -77,6 +88,7 @@ ARGS = {
     # FCT's K/V at t = 32k and batch 32 is 8.6 GB: let it onto the GPU.
     "memo-memory": "--max-cache-gb 40",
     "mem1-gpu": "",
+    "mem1-learner": "--skip-vllm",
     "memo-ppo": "",
     "vllm": "",
 }
@@ -86,15 +98,24 @@ QUICK_ARGS = {
     # bfloat16 as on the GPU, so the trial takes the GPU's path through generation and the learner.
     "mem1-gpu": "--preset tiny --dtype bfloat16 --gen-batch 2 --prompt-tokens 32 --new-tokens 8 "
     "--row-tokens 512 --rows 1 --steps 1",
+    "mem1-learner": "--skip-vllm",
     "memo-ppo": "--models memo-small --train-batch 400 --minibatch 200",
     "vllm": "--batch 2 --prompt-tokens 32 --new-tokens 8",
 }
-LIMITS = {"environment": 60, "memo-memory": 120, "mem1-gpu": 120, "memo-ppo": 180, "vllm": 120}
+LIMITS = {
+    "environment": 60,
+    "memo-memory": 120,
+    "mem1-gpu": 120,
+    "mem1-learner": 90,
+    "memo-ppo": 180,
+    "vllm": 120,
+}
 """Seconds each check may take on the GPU machine."""
 QUICK_LIMITS = {
     "environment": 120,
     "memo-memory": 240,
     "mem1-gpu": 240,
+    "mem1-learner": 60,
     "memo-ppo": 300,
     "vllm": 240,
 }
@@ -153,28 +174,30 @@ def plan(out: Path, device: str, quick: bool) -> list[Check]:
         "environment": probe + ["--device", device],
         "memo-memory": bench + ["memo-memory", "--device", device],
         "mem1-gpu": bench + ["mem1-gpu", "--device", device],
+        "mem1-learner": [py, str(scripts / "gpu_mem1_check.py")],
         "memo-ppo": [py, str(scripts / "gpu_learner_check.py"), "--devices", devices],
         "vllm": [py, str(scripts / "gpu_vllm_check.py"), "--device", device],
     }
     folders = {"memo-memory": "memo_memory", "mem1-gpu": "mem1_gpu", "memo-ppo": "memo_ppo",
-               "vllm": "vllm"}  # fmt: skip
+               "mem1-learner": "mem1_learner", "vllm": "vllm"}  # fmt: skip
     tables = {"memo-memory": "memo-memory.md", "mem1-gpu": "mem1_gpu.md",
-              "memo-ppo": "memo_ppo_learner.md", "vllm": "vllm_generation.md"}  # fmt: skip
+              "memo-ppo": "memo_ppo_learner.md", "mem1-learner": "gpu_mem1_check.md",
+              "vllm": "vllm_generation.md"}  # fmt: skip
     no_vllm = (
         ""
         if importlib.util.find_spec("vllm") is not None
         else "vLLM is not installed on this machine (the GPU image has none and it is too large "
         "for the kit); mem1-gpu measures the hf backend's generation instead"
     )
+    no_cuda = "" if device == "cuda" else "peak CUDA memory: needs --device cuda"
     checks = []
     for name, argv in commands.items():
         table = ""
         if name in folders:
             argv = argv + ["--output", str(out / folders[name])] + extra[name]
             table = f"{folders[name]}/{tables[name]}"
-        checks.append(
-            Check(name, argv, limits[name], table, skip=no_vllm if name == "vllm" else "")
-        )
+        skip = {"vllm": no_vllm, "mem1-learner": no_cuda}.get(name, "")
+        checks.append(Check(name, argv, limits[name], table, skip=skip))
     return checks
 
 

@@ -38,6 +38,7 @@ METHOD_ROLES: dict[str, str] = {
     "mem1/env_runner.py": "runner",
     "mem1/warm_start.py": "runner",
     "mem1/batch.py": "learner",
+    "mem1/advantages.py": "learner",
     "mem1/losses.py": "learner",
     "mem1/learner.py": "learner",
     "mem1/algorithm.py": "settings",

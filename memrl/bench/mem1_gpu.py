@@ -120,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
     base = {"preset": args.preset, "params_m": params / 1e6, "device": device, "dtype": str(dtype)}
 
     backend = HFBackend(lm, _IdTokenizer(vocab), GenerationSettings(batch_size=max(args.gen_batch)))
-    backend.eos_id = -1  # random weights: generate the full budget every time
+    backend.eos_ids = set()  # random weights: generate the full budget every time
     for batch in args.gen_batch:
         prompts = [rng.integers(0, vocab - 2, args.prompt_tokens).tolist() for _ in range(batch)]
         backend.generate(prompts[:1], [[]], 4)  # warmup
@@ -172,7 +172,12 @@ def run(args: argparse.Namespace) -> int:
             _sync(device)
             t0 = time.perf_counter()
             out = policy.score(
-                x["input_ids"], x["position_ids"], x["seg"], x["vis"], with_values=True
+                x["input_ids"],
+                x["position_ids"],
+                x["seg"],
+                x["vis"],
+                with_values=True,
+                logp_mask=x["loss_mask"],
             )
             mask = x["loss_mask"].float()
             loss = -(out["logp"] * mask).sum() / mask.sum() + (out["values"] ** 2 * mask).mean()

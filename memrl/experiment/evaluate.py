@@ -9,6 +9,11 @@ report includes the mean return of each inner-episode index within a trial.
 The results are also kept in the run directory (``eval/<checkpoint>.json``), with replays of the
 first trials on grid and navigation envs (``eval/<checkpoint>.replay.json``, see replay.py), and
 the run's HTML report (``report.html``) is written again to include them.
+
+An algorithm that evaluates itself (it has ``evaluate_episodes``, as MEM1's does: held-out tasks,
+EM, F1, peak tokens, turns, and a JSONL transcript per episode) is asked to instead; its summary
+joins the report and its transcripts are written beside the report (or under the run's
+``eval/``).
 """
 
 from __future__ import annotations
@@ -71,7 +76,7 @@ def evaluate_checkpoint(
     data = yaml.safe_load(run.config.read_text())
     data = apply_overrides(data, list(overrides or []))
     exp = parse_config(data)
-    episodes = episodes or exp.run.eval_episodes
+    episodes = exp.run.eval_episodes if episodes is None else episodes
     if episodes < 1:
         raise ValueError(f"--episodes must be >= 1, got {episodes}")
     exp = replace(
@@ -97,7 +102,13 @@ def evaluate_checkpoint(
                 runner.env = ReplayRecorder(runner.env, exp.env.id)
             t0 = time.time()
             done: list[Any] = []
-            while len(done) < episodes:
+            own = None
+            if callable(getattr(algo, "evaluate_episodes", None)):
+                out = Path(output) if output else run.path / "eval" / ckpt.name
+                own = algo.evaluate_episodes(
+                    episodes, explore=explore, transcripts=out.with_suffix(".transcripts.jsonl")
+                )
+            while own is None and len(done) < episodes:
                 batch = runner.sample(num_episodes=episodes - len(done), explore=explore)
                 done += [ep for ep in batch if ep.is_done]
             seconds = time.time() - t0
@@ -105,12 +116,12 @@ def evaluate_checkpoint(
             algo.stop()
     done = done[:episodes]
     recorded = replays_for(runner.env, done, replays) if record else []
-    returns = [float(ep.get_return()) for ep in done]
-    lengths = [len(ep) for ep in done]
+    returns = own["returns"] if own else [float(ep.get_return()) for ep in done]
+    lengths = own["turns"] if own else [len(ep) for ep in done]
     result: dict[str, Any] = {
         "checkpoint": str(ckpt),
         "env": exp.env.id,
-        "episodes": len(done),
+        "episodes": len(returns),
         "explore": explore,
         "return_mean": sum(returns) / len(returns),
         "return_std": _std(returns),
@@ -121,8 +132,10 @@ def evaluate_checkpoint(
         "returns": returns,
     }
     result.update(inner_episode_stats(done))
+    if own:
+        result.update(own["summary"], transcripts=own["transcripts"])
     echo(
-        f"{ckpt}: {len(done)} episodes, return {result['return_mean']:.3f} "
+        f"{ckpt}: {len(returns)} episodes, return {result['return_mean']:.3f} "
         f"+- {result['return_std']:.3f} (min {result['return_min']:.2f}, "
         f"max {result['return_max']:.2f}), length {result['len_mean']:.1f}"
     )
@@ -130,6 +143,9 @@ def evaluate_checkpoint(
         by_index = ", ".join(f"{v:.2f}" for v in result["inner_return_by_index"][:12])
         echo(f"return per inner-episode index: {by_index}")
         echo(f"inner-episode success rate: {result['inner_success_rate']:.3f}")
+    if own:
+        echo(", ".join(f"{k} {v:.4g}" for k, v in own["summary"].items()))
+        echo(f"transcripts: {own['transcripts']}")
     if output:
         out = Path(output)
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -15,8 +15,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
+from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import gymnasium as gym
 
@@ -39,6 +40,27 @@ logger = logging.getLogger(__name__)
 RETRIEVERS = ("local", "http", "ray")
 """Where passages come from: an in-process index, a Search-R1 HTTP server, the Ray service."""
 REWARDS = ("em", "f1")
+
+
+class SearchRequest(NamedTuple):
+    """A search an env is about to make (``DocQAEnv.search_request``)."""
+
+    key: Hashable
+    """Equal for envs that search the same index (same server, service or in-process index)."""
+    retriever: Retriever
+    """A retriever that serves it."""
+    query: str
+    """The query, as the env would send it."""
+    topk: int
+    """Passages asked for."""
+
+
+def turn_limit(max_turns: int | None, objectives: int) -> int:
+    """The turn limit of a task with ``objectives`` questions: ``max_turns`` when set, else
+    2N + 2."""
+    return max_turns if max_turns is not None else 2 * objectives + 2
+
+
 _TAG_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]*")
 
 
@@ -87,8 +109,10 @@ class DocQAConfig:
     """Name of the Ray retrieval actor (``retriever="ray"``)."""
     topk: int = 3
     """Passages per search."""
-    max_turns: int = 6
-    """Turn limit; the episode is truncated when it is reached without an answer."""
+    max_turns: int | None = None
+    """Turn limit; the episode is truncated when it is reached without an answer. None: derived
+    from each task's number of questions N as 2N + 2 (a search per hop of a two-hop question,
+    plus the answer; 6 for the 2-question tasks MEM1 trains on)."""
     tags: dict[str, str] | None = None
     """Overrides of the tag names (keys of ``TextTags``: state, search, answer, information)."""
     reward: str = "em"
@@ -124,6 +148,8 @@ class DocQAEnv(gym.Env):
             self._make_retriever() if cfg.synthetic_redraw == "none" else None
         )
         self.task: Task | None = None
+        self._max_turns = 0
+        self._prefetched: dict[str, list[Hit]] = {}
         self._turn = 0
         self._done = True
         self._num_searches = 0
@@ -187,6 +213,7 @@ class DocQAEnv(gym.Env):
                 task=(cfg.synthetic_redraw, cfg.split, index),
             )  # fmt: skip
         self._turn = 0
+        self._max_turns = turn_limit(self.config.max_turns, len(self.task.questions))
         self._done = False
         self._num_searches = 0
         self._num_format_errors = 0
@@ -194,7 +221,7 @@ class DocQAEnv(gym.Env):
         info = {
             "task_id": self.task.task_id,
             "task": {"questions": list(self.task.questions), "task_index": index},
-            "max_turns": self.config.max_turns,
+            "max_turns": self._max_turns,
             "objectives": len(self.task.questions),
         }
         return observation, info
@@ -204,7 +231,7 @@ class DocQAEnv(gym.Env):
         if self._done or self.task is None:
             raise RuntimeError("DocQAEnv.step() called on a finished episode; call reset() first.")
         self._turn += 1
-        turns_left = self.config.max_turns - self._turn
+        turns_left = self._max_turns - self._turn
         text, refused = action_text(action, self.config.max_action_chars)
         if refused is not None:
             self._num_format_errors += 1
@@ -242,8 +269,37 @@ class DocQAEnv(gym.Env):
             return self._continue(message, turns_left, format_error=True)
 
         self._num_searches += 1
-        hits = self.retriever.retrieve([query], self.config.topk)[0]
+        hits = self._prefetched.pop(query, None)
+        if hits is None:
+            hits = self.retriever.retrieve([query], self.config.topk)[0]
+        self._prefetched = {}
         return self._continue(self._format_hits(hits), turns_left, format_error=False)
+
+    # -- batched retrieval -------------------------------------------------------------------
+
+    def search_request(self, action: str) -> SearchRequest | None:
+        """The search ``step(action)`` would make (None: the action does not search), so that a
+        caller stepping many envs can fetch all their queries in one retriever call."""
+        if self._done or self.task is None:
+            return None
+        kind, content = self._parse(action if isinstance(action, str) else "")
+        query = " ".join(content.split())
+        if kind != self.tags.search or not query or len(query) > self.config.max_query_chars:
+            return None
+        return SearchRequest(self._retriever_key(), self.retriever, query, self.config.topk)
+
+    def prefetch(self, query: str, hits: list[Hit]) -> None:
+        """The hits of ``query``, fetched by the caller; the next ``step`` that searches it uses
+        them instead of calling the retriever."""
+        self._prefetched[query] = hits
+
+    def _retriever_key(self) -> tuple[str, Any]:
+        cfg = self.config
+        if cfg.retriever == "http":
+            return ("http", cfg.retrieval_url)
+        if cfg.retriever == "ray":
+            return ("ray", cfg.ray_service)
+        return ("local", id(self.retriever))
 
     # -- pieces ------------------------------------------------------------------------------
 
@@ -332,6 +388,8 @@ def _validate(cfg: DocQAConfig) -> None:
         "max_action_chars",
     ):  # fmt: skip
         value = getattr(cfg, name)
+        if name == "max_turns" and value is None:
+            continue
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
     if cfg.synthetic_redraw not in REDRAWS:

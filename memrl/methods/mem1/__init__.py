@@ -10,7 +10,8 @@ By role (tests/test_import_rules.py enforces the imports):
 - RLModule: ``rlmodule`` (``LLMRLModule``, ``load_policy``);
 - env-runner side: ``rollout`` (multi-turn rollout of a batch of text envs), ``env_runner``
   (``TextEnvRunner``), ``warm_start`` (scripted episodes for supervised warm start);
-- learner side: ``batch`` (episodes -> packed token rows, advantages), ``losses``, ``learner``
+- learner side: ``batch`` (episodes -> packed token rows, micro-batches, learner shards),
+  ``advantages`` (PPO returns and advantages, GRPO group scores), ``losses``, ``learner``
   (``TokenLearner``);
 - ``algorithm`` (``Mem1Config``/``Mem1Algorithm``: sample, score, update, sync) and ``settings``
   (``model: {type: llm}``, ``algorithm: {name: mem1}``) join the two sides.

@@ -3,11 +3,15 @@
 One ``training_step``:
 1. every ``TextEnvRunner`` plays its batch of episodes (memrl/methods/mem1/env_runner.py);
 2. episodes become rows of token sequences in the configured sequence mode
-   (memrl/methods/mem1/batch.py), scored once by the learner (current, reference, values);
-3. advantages: PPO sums KL-shaped token rewards plus the outcome at the episode's last token into
-   returns (gamma = lambda = 1) minus the critic's values; GRPO normalizes each episode's reward
-   within its own group and broadcasts it to the episode's tokens;
-4. ``learner_group.update`` per minibatch, then ``sync_weights`` to the env runners.
+   (memrl/methods/mem1/batch.py), scored once before any update (current, reference, values),
+   each learner scoring its share of the rows;
+3. advantages (memrl/methods/mem1/advantages.py): PPO sums KL-shaped token rewards plus the
+   outcome at the episode's last token into returns (gamma = lambda = 1) minus the critic's
+   values; GRPO normalizes each episode's reward within its own group and broadcasts it to the
+   episode's tokens;
+4. ``learner_group.update`` per minibatch (split into one shard of about equal tokens per
+   learner), then ``sync_weights`` to the env runners (under FSDP after the learners gathered
+   the full weights).
 Metrics go to ``self.metrics``: env runner figures under ``env_runners/``, losses under
 ``learners/<module_id>/``, where the iteration's memory figures (``rollout_peak_tokens``, ...)
 and evaluations (``eval_em``, ...) are repeated so that every run's metrics table has them.
@@ -15,6 +19,7 @@ and evaluations (``eval_em``, ...) are repeated so that every run's metrics tabl
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from pathlib import Path
@@ -37,14 +42,8 @@ from ray.rllib.utils.metrics import (
     TIMERS,
 )
 
-from memrl.methods.mem1.batch import (
-    build_rows,
-    episode_token_sum,
-    group_normalized,
-    last_token_of_episode,
-    slice_rows,
-    token_returns,
-)
+from memrl.methods.mem1.advantages import add_advantages
+from memrl.methods.mem1.batch import build_rows, row_lengths, shard_rows, slice_rows
 from memrl.methods.mem1.context import ContextPolicy
 from memrl.methods.mem1.settings import Mem1Settings
 
@@ -146,6 +145,7 @@ class Mem1Algorithm(Algorithm):
             )
         )
         losses = _first(results)
+        self._gather_full_state()
         print(
             f"warm start: done, {len(losses):,} steps, loss {losses[0]:.3f} -> {losses[-1]:.3f}"
             f" | {time.monotonic() - started:.0f}s",
@@ -195,20 +195,30 @@ class Mem1Algorithm(Algorithm):
 
         with self.metrics.log_time((TIMERS, LEARNER_UPDATE_TIMER)):
             cols = self._rows(episodes)
-            rows_per_chunk = max(1, -(-cols["input_ids"].shape[0] // s.num_minibatches))
-            scored = _first(
-                self.learner_group.foreach_learner(
-                    lambda learner: learner.score_rows(cols, rows_per_chunk)
-                )
-            )
+            scored = self._score(cols)
             stats = self._add_advantages(cols, scored, episodes)
             stats.update(self._rollout_stats(episodes), **evaluation)
             self._update(cols, stats)
+            self._gather_full_state()
 
         with self.metrics.log_time((TIMERS, SYNCH_WORKER_WEIGHTS_TIMER)):
             self.env_runner_group.sync_weights(
                 from_worker_or_learner_group=self.learner_group, inference_only=True
             )
+
+    def _gather_full_state(self) -> None:
+        """FSDP: all learners gather the full weights together, so that the first can hand them
+        to weight syncs and checkpoints."""
+        if self.config.mem1.fsdp:
+            self.learner_group.foreach_learner(lambda learner: learner.gather_full_state())
+
+    def _score(self, cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Every learner scores its share of the rows; the shares are merged into (B, T)."""
+        budget = self.config.mem1.micro_batch_tokens
+        results = self.learner_group.foreach_learner(
+            lambda learner: learner.score_rows(cols, budget)
+        )
+        return merge_scores([item.get() for item in results], cols["input_ids"].shape)
 
     def _update(self, cols: dict[str, np.ndarray], stats: dict[str, float]) -> None:
         s: Mem1Settings = self.config.mem1
@@ -232,9 +242,9 @@ class Mem1Algorithm(Algorithm):
         for _ in range(s.num_epochs):
             for index in np.array_split(rng.permutation(rows), min(rows, s.num_minibatches)):
                 sub = slice_rows({k: cols[k] for k in keys}, index)
-                batch = MultiAgentBatch({DEFAULT_MODULE_ID: SampleBatch(sub)}, env_steps=len(index))
                 results = self.learner_group.update(
-                    batch=batch, timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: lifetime}
+                    **learner_batches(sub, len(self.learner_group)),
+                    timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: lifetime},
                 )
                 self.metrics.aggregate(results, key=LEARNER_RESULTS)
         self.metrics.log_dict(stats, key=(LEARNER_RESULTS, DEFAULT_MODULE_ID), window=1)
@@ -244,40 +254,16 @@ class Mem1Algorithm(Algorithm):
     ) -> dict[str, float]:
         """Adds old_logp, ref_logp, advantages (and PPO's old_values, returns) to ``cols``."""
         s: Mem1Settings = self.config.mem1
-        mask = cols["loss_mask"]
-        rewards = np.asarray(
-            [ep.env_reward - s.format_penalty * ep.format_errors for ep in episodes],
-            dtype=np.float64,
+        return add_advantages(
+            cols,
+            scored,
+            episodes,
+            algorithm=s.algorithm,
+            kl_coef=s.kl_coef,
+            format_penalty=s.format_penalty,
+            whiten=s.whiten_advantages,
+            recompute_old_logp=s.recompute_old_logp,
         )
-        gap = np.abs(scored["logp"] - cols["behaviour_logp"])[mask]
-        cols["old_logp"] = scored["logp"] if s.recompute_old_logp else cols["behaviour_logp"]
-        cols["ref_logp"] = scored["ref_logp"]
-        stats = {
-            "logp_gap_mean": float(gap.mean()) if gap.size else 0.0,
-            "logp_gap_max": float(gap.max()) if gap.size else 0.0,
-            "reward_mean": float(rewards.mean()),
-            "train_rows": float(mask.shape[0]),
-            "train_tokens": float((cols["seg"] != cols["vis"].shape[1] - 1).sum()),
-        }
-        if s.algorithm == "ppo":
-            kl = (cols["old_logp"] - cols["ref_logp"]) * mask
-            token_rewards = -s.kl_coef * kl
-            last = last_token_of_episode(cols, len(episodes))
-            token_rewards[last] += rewards[cols["episode"][last]]
-            returns = token_returns(token_rewards.astype(np.float32), cols)
-            advantages = (returns - scored["values"]) * mask
-            if s.whiten_advantages and mask.any():
-                a = advantages[mask]
-                advantages[mask] = (a - a.mean()) / (a.std() + 1e-8)
-            cols["returns"] = returns.astype(np.float32)
-            cols["old_values"] = scored["values"]
-            cols["advantages"] = advantages.astype(np.float32)
-            stats["kl_reward_mean"] = float(episode_token_sum(kl, cols, len(episodes)).mean())
-        else:
-            adv = group_normalized(rewards, [ep.group_id for ep in episodes])
-            ep_index = np.where(mask, cols["episode"], 0)
-            cols["advantages"] = np.where(mask, adv[ep_index], 0.0).astype(np.float32)
-        return stats
 
     @staticmethod
     def _rollout_stats(episodes: list[Any]) -> dict[str, float]:
@@ -311,22 +297,86 @@ class Mem1Algorithm(Algorithm):
         task_indices: list[int],
         env_config: dict[str, Any] | None = None,
         key: str = "main",
-    ) -> list[dict[str, float]]:
-        """Greedy episodes on held-out tasks, spread over the env runners; one row per task.
+        *,
+        greedy: bool = True,
+        transcripts: bool = False,
+    ) -> list[dict[str, Any]]:
+        """Episodes on held-out tasks, spread over the env runners; one row per task.
 
         ``env_config``: env.config overrides of the evaluation envs (default: ``eval_env_config``);
-        ``key`` names the set, so each runner keeps one set of envs per evaluation set.
+        ``key`` names the set, so each runner keeps one set of envs per evaluation set;
+        ``greedy``: greedy decoding (else sampled); ``transcripts``: rows carry the episode text.
         """
         group = self.env_runner_group
+        kwargs = {"greedy": greedy, "transcripts": transcripts}
         if group.num_remote_workers() == 0:
-            return group.local_env_runner.evaluate(task_indices, env_config, key)
+            return group.local_env_runner.evaluate(task_indices, env_config, key, **kwargs)
         n = group.num_healthy_remote_workers()
         shards = [task_indices[i::n] for i in range(n)]
         results = group.foreach_env_runner(
-            lambda runner: runner.evaluate(shards[(runner.worker_index - 1) % n], env_config, key),
+            lambda runner: runner.evaluate(
+                shards[(runner.worker_index - 1) % n], env_config, key, **kwargs
+            ),
             local_env_runner=False,
         )
-        return [row for rows in results for row in rows]
+        return sorted((row for rows in results for row in rows), key=lambda r: r["task_index"])
+
+    def evaluate_episodes(
+        self, episodes: int, *, explore: bool = False, transcripts: str | Path | None = None
+    ) -> dict[str, Any]:
+        """``memrl eval`` of a MEM1 run: ``episodes`` tasks of the held-out set
+        (``eval_env_config``, task_index 0, 1, ...), greedy unless ``explore``.
+
+        Returns the means (``em``, ``f1``, ``peak_tokens``, ``turns``, ...) under ``summary`` and
+        per-task ``returns`` and ``turns``; writes one JSON line per episode (prompt, each turn's
+        text and context size, outcome) to ``transcripts`` when given.
+        """
+        rows = self.evaluate_tasks(
+            list(range(episodes)), key="memrl_eval", greedy=not explore, transcripts=True
+        )
+        if transcripts is not None:
+            path = Path(transcripts)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with path.open("w", encoding="utf-8") as handle:
+                for row in rows:
+                    handle.write(json.dumps(row["transcript"]) + "\n")
+        numeric = [
+            k for k, v in rows[0].items() if isinstance(v, int | float) and k != "task_index"
+        ]
+        return {
+            "summary": {f"{k}_mean": float(np.mean([r[k] for r in rows])) for k in numeric},
+            "returns": [float(r["reward"]) for r in rows],
+            "turns": [float(r["turns"]) for r in rows],
+            "transcripts": str(transcripts) if transcripts is not None else None,
+        }
+
+
+def merge_scores(parts: list[dict[str, np.ndarray]], shape: tuple[int, int]) -> dict[str, Any]:
+    """The learners' ``score_rows`` shares as (B, T) arrays (each share names its ``rows``)."""
+    out: dict[str, np.ndarray] = {}
+    for part in parts:
+        for key, value in part.items():
+            if key != "rows":
+                out.setdefault(key, np.zeros(shape, np.float32))[part["rows"]] = value
+    return out
+
+
+def learner_batches(sub: dict[str, np.ndarray], num_learners: int) -> dict[str, Any]:
+    """``learner_group.update`` arguments for one minibatch of rows: all of it for a local
+    learner (``num_learners`` 0 or 1); for L remote learners, one shard each with about equal
+    tokens (a learner without rows gets one row with no loss tokens, as DDP and FSDP need every
+    learner in every step)."""
+    rows = sub["input_ids"].shape[0]
+    if num_learners <= 1:
+        return {"batch": MultiAgentBatch({DEFAULT_MODULE_ID: SampleBatch(sub)}, env_steps=rows)}
+    batches = []
+    for shard in shard_rows(row_lengths(sub), num_learners):
+        part = slice_rows(sub, shard or [0])
+        if not shard:
+            part["loss_mask"] = np.zeros_like(part["loss_mask"])
+        batch = MultiAgentBatch({DEFAULT_MODULE_ID: SampleBatch(part)}, env_steps=len(shard))
+        batches.append(batch)
+    return {"batches": batches}
 
 
 def _first(results: Any) -> Any:

@@ -189,3 +189,40 @@ def group_normalized(rewards: np.ndarray, groups: Sequence[str], eps: float = 1e
         r = rewards[idx]
         out[idx] = (r - r.mean()) / (r.std() + eps)
     return out
+
+
+def row_lengths(cols: dict[str, Any]) -> np.ndarray:
+    """(B,) real tokens of each row (numpy arrays or tensors; padding is the last segment)."""
+    seg, vis = cols["seg"], cols["vis"]
+    real = seg != vis.shape[1] - 1
+    lengths = real.sum(1)
+    return lengths.cpu().numpy() if hasattr(lengths, "cpu") else np.asarray(lengths)
+
+
+def micro_batches(lengths: Sequence[int], token_budget: int) -> list[list[int]]:
+    """Consecutive groups of row indices holding at most ``token_budget`` tokens each (counted
+    as rows x the group's longest row, what a padded forward pass computes); a row longer than
+    the budget is a group of its own."""
+    groups: list[list[int]] = []
+    longest = 0
+    for i, n in enumerate(lengths):
+        n = int(n)
+        if groups and max(longest, n) * (len(groups[-1]) + 1) <= token_budget:
+            groups[-1].append(i)
+            longest = max(longest, n)
+        else:
+            groups.append([i])
+            longest = n
+    return groups
+
+
+def shard_rows(lengths: Sequence[int], num_shards: int) -> list[list[int]]:
+    """Row indices split over ``num_shards`` learners with about equal tokens each (longest row
+    first, each to the least loaded shard); a shard may be empty when rows are fewer."""
+    shards: list[list[int]] = [[] for _ in range(num_shards)]
+    load = [0] * num_shards
+    for i in sorted(range(len(lengths)), key=lambda i: -int(lengths[i])):
+        k = int(np.argmin(load))
+        shards[k].append(i)
+        load[k] += int(lengths[i])
+    return [sorted(s) for s in shards]

@@ -32,7 +32,7 @@ from ray.rllib.utils.metrics import (
 
 from memrl.envs.text import text_space
 from memrl.methods.mem1.generation import GenerationSettings, make_backend
-from memrl.methods.mem1.rollout import TextEpisode, rollout
+from memrl.methods.mem1.rollout import TextEpisode, rollout, transcript
 
 logger = logging.getLogger(__name__)
 
@@ -88,7 +88,9 @@ class TextEnvRunner(EnvRunner, Checkpointable):
         gen = GenerationSettings(**self.module.model_config.get("generation", {}))
         if self._seed is not None:
             gen = GenerationSettings(**{**gen.__dict__, "seed": gen.seed + self._seed})
-        self.backend = make_backend(gen, self.module.policy.lm, self.tokenizer)
+        self.backend = make_backend(
+            gen, self.module.policy.lm, self.tokenizer, self.module.model_config["path"]
+        )
 
     # -- EnvRunner API --------------------------------------------------------------------------
 
@@ -150,11 +152,15 @@ class TextEnvRunner(EnvRunner, Checkpointable):
         task_indices: list[int],
         env_config: dict[str, Any] | None = None,
         key: str = "main",
-    ) -> list[dict[str, float]]:
-        """Greedy episodes on an evaluation set, one row per task.
+        *,
+        greedy: bool = True,
+        transcripts: bool = False,
+    ) -> list[dict[str, Any]]:
+        """Episodes on an evaluation set (greedy unless ``greedy`` is false), one row per task.
 
         ``env_config``: env.config overrides of its envs (default: ``eval_env_config``, the test
-        split); ``key``: the set's name (its envs are built once and kept).
+        split); ``key``: the set's name (its envs are built once and kept); ``transcripts``: each
+        row also holds the episode as text under ``transcript``.
         """
         s = self.settings
         if key not in self._eval_envs:
@@ -168,19 +174,21 @@ class TextEnvRunner(EnvRunner, Checkpointable):
         for start in range(0, len(task_indices), n):
             chunk = task_indices[start : start + n]
             episodes = self._rollout(
-                envs[: len(chunk)], [{"task_index": t} for t in chunk], greedy=True
+                envs[: len(chunk)], [{"task_index": t} for t in chunk], greedy=greedy
             )
-            for ep in episodes:
-                rows.append(
-                    {
-                        "em": ep.info.get("em", ep.env_reward),
-                        "f1": ep.info.get("f1", 0.0),
-                        "reward": ep.env_reward,
-                        "turns": float(len(ep)),
-                        "seconds": ep.seconds,
-                        **ep.memory_metrics(),
-                    }
-                )
+            for task, ep in zip(chunk, episodes, strict=True):
+                row: dict[str, Any] = {
+                    "task_index": task,
+                    "em": ep.info.get("em", ep.env_reward),
+                    "f1": ep.info.get("f1", 0.0),
+                    "reward": ep.env_reward,
+                    "turns": float(len(ep)),
+                    "seconds": ep.seconds,
+                    **ep.memory_metrics(),
+                }
+                if transcripts:
+                    row["transcript"] = transcript(ep, self.tokenizer)
+                rows.append(row)
         return rows
 
     def _log_episodes(self, episodes: list[TextEpisode]) -> None:

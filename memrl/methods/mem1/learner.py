@@ -1,14 +1,25 @@
 """``TokenLearner``: the RLlib Learner of LLM agents (token-level PPO with a critic, or GRPO).
 
 The algorithm hands it rows of packed token sequences (memrl/methods/mem1/batch.py). Before an
-update it scores the whole batch once without gradients (``score_rows``: the current policy's
-log-probs, the frozen reference's log-probs, the critic's values), from which the algorithm builds
-advantages; ``compute_loss_for_module`` then applies the clipped loss over generated tokens only.
+update every learner scores its share of the batch once without gradients (``score_rows``: the
+current policy's log-probs, the frozen reference's, the critic's values), from which the algorithm
+builds advantages. An update (``_update``) then runs the minibatch shard this learner received in
+micro-batches of at most ``micro_batch_tokens`` tokens, accumulating gradients, so a learner's
+memory does not grow with the minibatch; the loss (``losses.rl_loss``) is normalized by the
+minibatch's loss tokens over all learners, so the step equals one pass over the whole minibatch.
 ``sft_update`` runs the supervised warm start on the same rows.
+
+Several learners train with DDP (RLlib's default), or, with ``algorithm.fsdp``, with the LM
+sharded over them (torch FSDP2 ``fully_shard``: each decoder layer and the policy as the root
+unit), for full fine-tuning of models that do not fit one GPU. Under FSDP every collective step
+(scoring, micro-batches) runs the same number of times on every learner, and the first learner
+keeps a gathered copy of the full weights for weight syncs and checkpoints
+(``gather_full_state``); checkpoints then hold no optimizer state.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import time
@@ -19,16 +30,9 @@ import torch
 from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.core.learner.torch.torch_learner import TorchLearner
 
-from memrl.methods.mem1.batch import slice_rows
-from memrl.methods.mem1.losses import (
-    clipped_pg_loss,
-    clipped_value_loss,
-    kl_k1,
-    kl_k3,
-    masked_mean,
-    sft_loss,
-)
-from memrl.methods.mem1.network import TokenPolicy
+from memrl.methods.mem1.batch import micro_batches, row_lengths, slice_rows
+from memrl.methods.mem1.losses import rl_loss, sft_loss
+from memrl.methods.mem1.network import TokenPolicy, causal_lm
 
 logger = logging.getLogger(__name__)
 
@@ -37,39 +41,147 @@ SFT_REPORT_EVERY_S = 30.0
 """Seconds between the warm start's progress lines (it runs for minutes before iteration 1)."""
 
 
+def rank_and_world() -> tuple[int, int]:
+    """(this process's rank, number of learners) of the learners' process group ((0, 1) alone)."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return 0, 1
+
+
+def _all_reduce(value: float, op: str, device: torch.device) -> float:
+    """``value`` summed (``op="sum"``) or maxed over all learners (itself when alone)."""
+    if rank_and_world()[1] == 1:
+        return value
+    t = torch.tensor([value], dtype=torch.float64, device=device)
+    reduce_op = torch.distributed.ReduceOp.SUM if op == "sum" else torch.distributed.ReduceOp.MAX
+    torch.distributed.all_reduce(t, op=reduce_op)
+    return float(t.item())
+
+
+def shard_policy(policy: TokenPolicy) -> None:
+    """FSDP2: every decoder layer is its own unit; the policy (embeddings, final norm, output
+    layer, value head) is the root unit, so calls must go through ``policy(...)``."""
+    from torch.distributed.fsdp import fully_shard
+
+    for layer in causal_lm(policy.lm).get_decoder().layers:
+        fully_shard(layer)
+    fully_shard(policy)
+
+
+def _rows_of(batch: dict[str, torch.Tensor], rows: list[int], lengths: np.ndarray) -> dict:
+    """Rows of a tensor batch, trimmed to their longest row."""
+    index = torch.as_tensor(rows, device=batch["input_ids"].device)
+    t = max(1, int(lengths[rows].max()))
+    out = {}
+    for k, v in batch.items():
+        if isinstance(v, torch.Tensor):
+            out[k] = v[index] if k == "vis" or v.ndim < 2 else v[index][:, :t]
+    return out
+
+
 class TokenLearner(TorchLearner):
     """PPO (critic, KL-shaped reward) or GRPO (group advantages, KL loss) on generated tokens."""
 
     def build(self) -> None:
-        super().build()
         self._reference: TokenPolicy | None = None
+        super().build()
         self.snapshot_reference()
+        self.gather_full_state()
+
+    @property
+    def _fsdp(self) -> bool:
+        return bool(self.config.mem1.fsdp)
 
     def _policy(self, module_id: str = DEFAULT_MODULE_ID) -> TokenPolicy:
         return self.module[module_id].unwrapped().policy
 
-    def save_lm(self, path: str) -> bool:
-        """Writes the policy's LM as a Hugging Face model folder (first learner only); returns
-        whether it wrote one (not with LoRA adapters: the run's checkpoints hold those)."""
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            if torch.distributed.get_rank() != 0:
-                return False
-        lm = self._policy().lm
-        if hasattr(lm, "disable_adapter"):
-            return False
-        lm.save_pretrained(path)
-        return True
+    def _make_module(self) -> Any:
+        module = super()._make_module()
+        if self._fsdp:
+            # Sharded before the optimizers are made (FSDP replaces the parameters); the
+            # reference is copied while the weights are still whole, and sharded the same way.
+            policy = module[DEFAULT_MODULE_ID].policy
+            self._reference = self._frozen_copy(policy)
+            shard_policy(policy)
+            shard_policy(self._reference)
+        return module
+
+    def _make_modules_ddp_if_necessary(self) -> None:
+        if not self._fsdp:  # FSDP already spreads the model over the learners
+            super()._make_modules_ddp_if_necessary()
+
+    @staticmethod
+    def _frozen_copy(policy: TokenPolicy) -> TokenPolicy:
+        ref_lm = copy.deepcopy(policy.lm).eval()
+        for p in ref_lm.parameters():
+            p.requires_grad_(False)
+        return TokenPolicy(
+            ref_lm,
+            value_head=False,
+            logp_chunk_tokens=policy.logp_chunk_tokens,
+            full_logits=policy.full_logits,
+        )
 
     def snapshot_reference(self) -> None:
         """Freezes the current policy as the KL reference (LoRA: the base model, adapters off)."""
         policy = self._policy()
         if hasattr(policy.lm, "disable_adapter"):
             self._reference = None
+        elif self._reference is None:
+            self._reference = self._frozen_copy(policy)
+        else:
+            # In place (under FSDP, shard by shard): no second copy of the model at any time.
+            with torch.no_grad():
+                pairs = zip(self._reference.lm.parameters(), policy.lm.parameters(), strict=True)
+                for ref, cur in pairs:
+                    ref.copy_(cur)
+
+    def gather_full_state(self) -> None:
+        """FSDP: gathers the full weights (every learner must call this together); the first
+        learner keeps them on the CPU for ``get_state`` (weight syncs, checkpoints)."""
+        if not self._fsdp:
             return
-        ref_lm = copy.deepcopy(policy.lm).eval()
-        for p in ref_lm.parameters():
-            p.requires_grad_(False)
-        self._reference = TokenPolicy(ref_lm, value_head=False)
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            get_model_state_dict,
+        )
+
+        module = self.module[DEFAULT_MODULE_ID].unwrapped()
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        state = get_model_state_dict(module, options=options)
+        module.keep_full_state(state if rank_and_world()[0] == 0 else None)
+
+    def _get_optimizer_state(self) -> dict[str, Any]:
+        # A sharded optimizer state would be gathered by all learners at once; checkpoints are
+        # written by one, so under FSDP they hold the weights only.
+        return {} if self._fsdp else super()._get_optimizer_state()
+
+    def _set_optimizer_state(self, state: dict[str, Any]) -> None:
+        if self._fsdp and not state:
+            logger.warning("FSDP checkpoint without optimizer state: AdamW restarts its moments")
+            return
+        super()._set_optimizer_state(state)
+
+    def save_lm(self, path: str) -> bool:
+        """Writes the policy's LM as a Hugging Face model folder (first learner only); returns
+        whether it wrote one (not with LoRA adapters: the run's checkpoints hold those). Under
+        FSDP every learner must call it (the weights are gathered)."""
+        lm = self._policy().lm
+        if hasattr(lm, "disable_adapter"):
+            return False
+        state = None
+        if self._fsdp:
+            from torch.distributed.checkpoint.state_dict import (
+                StateDictOptions,
+                get_model_state_dict,
+            )
+
+            options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+            state = get_model_state_dict(lm, options=options)
+        if rank_and_world()[0] != 0:
+            return False
+        lm.save_pretrained(path, state_dict=state)
+        return True
 
     def configure_optimizers_for_module(self, module_id: str, config: Any = None) -> None:
         s = self.config.mem1
@@ -93,62 +205,138 @@ class TokenLearner(TorchLearner):
     def _tensors(self, cols: dict[str, np.ndarray], keys: Any) -> dict[str, torch.Tensor]:
         return {k: torch.as_tensor(cols[k], device=self._device) for k in keys}
 
-    def score_rows(self, cols: dict[str, np.ndarray], rows_per_chunk: int) -> dict[str, np.ndarray]:
-        """Current log-probs, reference log-probs and values of every row (no gradients).
+    def score_rows(self, cols: dict[str, np.ndarray], token_budget: int) -> dict[str, np.ndarray]:
+        """Current log-probs, reference log-probs and values of this learner's share of the rows
+        (rows rank, rank + L, ... of L learners), without gradients, ``token_budget`` tokens per
+        pass; log-probs only at loss tokens (0 elsewhere).
 
         Returns:
-            ``logp``, ``ref_logp`` and (PPO) ``values``, each (B, T) float32 like ``cols``.
+            ``rows`` (R,) the row indices scored here; ``logp``, ``ref_logp`` and (PPO)
+            ``values``, each (R, T) float32 with ``cols``' T.
         """
         policy = self._policy()
+        rank, world = rank_and_world()
         b, t = cols["input_ids"].shape
-        out = {"logp": np.zeros((b, t), np.float32), "ref_logp": np.zeros((b, t), np.float32)}
+        lengths = row_lengths(cols)
+        mine = np.arange(b)[rank::world]
+        chunks = [[int(mine[i]) for i in c] for c in micro_batches(lengths[mine], token_budget)]
+        passes = len(chunks)
+        if self._fsdp:  # every learner joins every sharded forward pass
+            passes = max(len(micro_batches(lengths[r::world], token_budget)) for r in range(world))
+        out = {k: np.zeros((len(mine), t), np.float32) for k in ("logp", "ref_logp")}
         with_values = policy.value_head is not None
         if with_values:
-            out["values"] = np.zeros((b, t), np.float32)
+            out["values"] = np.zeros((len(mine), t), np.float32)
+        position = {int(r): i for i, r in enumerate(mine)}
         was_training = policy.training
         policy.eval()
         with torch.no_grad():
-            for start in range(0, b, rows_per_chunk):
-                index = list(range(start, min(b, start + rows_per_chunk)))
-                sub = slice_rows({k: cols[k] for k in SCORE_COLUMNS}, index)
+            for k in range(passes):
+                rows = chunks[k] if k < len(chunks) else [0]  # padding pass: results dropped
+                sub = slice_rows({c: cols[c] for c in (*SCORE_COLUMNS, "loss_mask")}, rows)
                 width = sub["input_ids"].shape[1]
-                x = self._tensors(sub, SCORE_COLUMNS)
+                x = self._tensors(sub, (*SCORE_COLUMNS, "loss_mask"))
                 args = (x["input_ids"], x["position_ids"], x["seg"], x["vis"])
-                cur = policy.score(*args, with_values=with_values)
+                wanted = x["loss_mask"]
+                cur = policy.score(*args, with_values=with_values, logp_mask=wanted)
                 if self._reference is not None:
-                    ref = self._reference.score(*args)
+                    ref = self._reference.score(*args, logp_mask=wanted)
                 else:
                     with policy.lm.disable_adapter():
-                        ref = policy.score(*args)
-                out["logp"][index, :width] = cur["logp"].cpu().numpy()
-                out["ref_logp"][index, :width] = ref["logp"].cpu().numpy()
+                        ref = policy.score(*args, logp_mask=wanted)
+                if k >= len(chunks):
+                    continue
+                at = [position[r] for r in rows]
+                out["logp"][at, :width] = cur["logp"].cpu().numpy()
+                out["ref_logp"][at, :width] = ref["logp"].cpu().numpy()
                 if with_values:
-                    out["values"][index, :width] = cur["values"].cpu().numpy()
+                    out["values"][at, :width] = cur["values"].cpu().numpy()
         policy.train(was_training)
-        return out
+        return {"rows": mine, **out}
+
+    def _loss_and_stats(
+        self, batch: dict[str, Any], fwd_out: dict[str, Any], num_tokens: float | None
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        s = self.config.mem1
+        return rl_loss(
+            s.algorithm,
+            fwd_out["logp"],
+            batch,
+            clip=s.clip,
+            kl_coef=s.kl_coef,
+            vf_clip=s.vf_clip,
+            vf_loss_coeff=s.vf_loss_coeff,
+            values=fwd_out.get("values"),
+            num_tokens=num_tokens,
+        )
 
     def compute_loss_for_module(
         self, *, module_id: str, config: Any, batch: dict[str, Any], fwd_out: dict[str, Any]
     ) -> torch.Tensor:
-        s = self.config.mem1
-        mask = batch["loss_mask"]
-        logp = fwd_out["logp"]
-        pg_loss, stats = clipped_pg_loss(logp, batch["old_logp"], batch["advantages"], mask, s.clip)
-        stats = {"policy_loss": pg_loss, **stats}
-        if s.algorithm == "ppo":
-            v_loss, v_stats = clipped_value_loss(
-                fwd_out["values"], batch["old_values"], batch["returns"], mask, s.vf_clip
-            )
-            loss = pg_loss + s.vf_loss_coeff * v_loss
-            kl = masked_mean(kl_k1(logp.detach(), batch["ref_logp"]), mask)
-            stats.update(vf_loss=v_loss, ref_kl=kl, **v_stats)
-        else:
-            kl_loss = masked_mean(kl_k3(logp, batch["ref_logp"]), mask)
-            loss = pg_loss + s.kl_coef * kl_loss
-            stats.update(ref_kl=kl_loss)
-        stats["loss_tokens"] = mask.sum().float()
-        self.metrics.log_dict({k: v.detach() for k, v in stats.items()}, key=module_id, window=1)
+        """The loss of one batch as a whole (token-mean over its loss tokens)."""
+        loss, stats = self._loss_and_stats(batch, fwd_out, None)
+        stats["loss_tokens"] = batch["loss_mask"].sum().float()
+        self.metrics.log_dict(stats, key=module_id, window=1)
         return loss
+
+    def _update(self, batch: dict[str, Any]) -> tuple[Any, Any, Any]:
+        """One optimizer step on this learner's minibatch shard, in micro-batches.
+
+        Each micro-batch's loss is weighted by L x (its shard's loss tokens) / (the minibatch's
+        loss tokens over all L learners): with DDP or FSDP averaging gradients over learners, the
+        step is the gradient of the token-mean over the whole minibatch.
+        """
+        (module_id, b), *rest = batch.items()
+        assert not rest, f"TokenLearner trains one module, got {list(batch)}"
+        s = self.config.mem1
+        module = self.module[module_id]
+        lengths = row_lengths(b)
+        groups = micro_batches(lengths, s.micro_batch_tokens)
+        _, world = rank_and_world()
+        local = float(b["loss_mask"].sum())
+        total = _all_reduce(local, "sum", self._device)
+        steps = len(groups)
+        if self._fsdp:  # every learner joins every sharded forward/backward
+            steps = int(_all_reduce(float(steps), "max", self._device))
+        ddp = isinstance(module, torch.nn.parallel.DistributedDataParallel)
+        for optim in self._optimizer_parameters:
+            optim.zero_grad(set_to_none=True)
+        sums: dict[str, torch.Tensor] = {}
+        fwd: dict[str, Any] = {}
+        loss_total = torch.zeros((), device=self._device)
+        for k in range(steps):
+            padding = k >= len(groups)
+            sub = _rows_of(b, groups[0] if padding else groups[k], lengths)
+            weight = 0.0 if padding else world * local / max(total, 1.0)
+            defer_sync = ddp and k < len(groups) - 1  # DDP all-reduces on the last one only
+            with module.no_sync() if defer_sync else contextlib.nullcontext():
+                fwd = module.forward_train(sub)
+                loss, stats = self._loss_and_stats(sub, fwd, max(local, 1.0))
+                (loss * weight).backward()
+            if not padding:
+                loss_total = loss_total + loss.detach()
+                for key, value in stats.items():
+                    sums[key] = sums.get(key, 0.0) + value
+        sums["grad_norm"] = self._clip_and_step()
+        sums["loss_tokens"] = torch.tensor(local)
+        sums["micro_batches"] = torch.tensor(float(len(groups)))
+        self.metrics.log_dict(sums, key=module_id, window=1)
+        return {module_id: fwd}, {module_id: loss_total}, {}
+
+    def _clip_and_step(self) -> torch.Tensor:
+        """Clips the gradients' global norm (``grad_clip``), steps the optimizers; a step with a
+        non-finite norm is skipped. Returns the norm before clipping."""
+        params = [p for p in self._params.values() if p.grad is not None]
+        limit = self.config.grad_clip or float("inf")
+        norm = torch.nn.utils.clip_grad_norm_(params, limit) if params else torch.zeros(())
+        if hasattr(norm, "full_tensor"):  # a DTensor under FSDP
+            norm = norm.full_tensor()
+        if not torch.isfinite(norm):
+            logger.warning("gradient norm is %s: update skipped", float(norm))
+            return norm.detach()
+        for optim in self._optimizer_parameters:
+            optim.step()
+        return norm.detach()
 
     def sft_update(
         self,
@@ -180,7 +368,9 @@ class TokenLearner(TorchLearner):
             for start in range(0, b, rows_per_batch):
                 sub = slice_rows(cols, order[start : start + rows_per_batch])
                 x = self._tensors(sub, (*SCORE_COLUMNS, "loss_mask"))
-                out = policy.score(x["input_ids"], x["position_ids"], x["seg"], x["vis"])
+                out = policy.score(
+                    x["input_ids"], x["position_ids"], x["seg"], x["vis"], logp_mask=x["loss_mask"]
+                )
                 loss = sft_loss(out["logp"], x["loss_mask"])
                 optimizer.zero_grad()
                 loss.backward()

@@ -2,18 +2,26 @@
 
 All tensors are (B, T) over rows of packed token sequences; ``mask`` selects the generated tokens,
 the only ones any loss covers (never observation tokens, prompts or padding). Means are over the
-masked tokens of the minibatch (token-mean).
+masked tokens of the minibatch (token-mean). When a minibatch is split into micro-batches (or
+over learners), each piece passes ``num_tokens``, the masked-token count of the whole minibatch,
+so that the pieces' losses add up to the minibatch's token-mean exactly.
 """
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 
 
-def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean of ``x`` over ``mask`` (0 when the mask is empty)."""
+def masked_mean(
+    x: torch.Tensor, mask: torch.Tensor, num_tokens: float | torch.Tensor | None = None
+) -> torch.Tensor:
+    """Sum of ``x`` over ``mask`` divided by ``num_tokens`` (default: the mask's count; the
+    result is 0 when the mask is empty)."""
     mask = mask.to(x.dtype)
-    return (x * mask).sum() / mask.sum().clamp(min=1.0)
+    denom = mask.sum().clamp(min=1.0) if num_tokens is None else num_tokens
+    return (x * mask).sum() / denom
 
 
 def masked_whiten(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
@@ -29,16 +37,17 @@ def clipped_pg_loss(
     advantages: torch.Tensor,
     mask: torch.Tensor,
     clip: float,
+    num_tokens: float | torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """PPO's clipped surrogate, per token: -min(ratio * A, clip(ratio, 1 -+ clip) * A)."""
     log_ratio = logp - old_logp
     ratio = torch.exp(log_ratio)
     pg_losses = -advantages * ratio
     pg_losses_clipped = -advantages * torch.clamp(ratio, 1.0 - clip, 1.0 + clip)
-    pg_loss = masked_mean(torch.maximum(pg_losses, pg_losses_clipped), mask)
+    pg_loss = masked_mean(torch.maximum(pg_losses, pg_losses_clipped), mask, num_tokens)
     with torch.no_grad():
-        clipfrac = masked_mean((pg_losses_clipped > pg_losses).float(), mask)
-        approx_kl = masked_mean((ratio - 1) - log_ratio, mask)
+        clipfrac = masked_mean((pg_losses_clipped > pg_losses).float(), mask, num_tokens)
+        approx_kl = masked_mean((ratio - 1) - log_ratio, mask, num_tokens)
     return pg_loss, {"clipfrac": clipfrac, "approx_kl": approx_kl}
 
 
@@ -48,14 +57,15 @@ def clipped_value_loss(
     returns: torch.Tensor,
     mask: torch.Tensor,
     clip: float,
+    num_tokens: float | torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """0.5 * max((V - R)^2, (clip(V, V_old -+ clip) - R)^2), token-mean."""
     v_clipped = old_values + torch.clamp(values - old_values, -clip, clip)
     v_loss_unclipped = (values - returns) ** 2
     v_loss_clipped = (v_clipped - returns) ** 2
-    v_loss = 0.5 * masked_mean(torch.maximum(v_loss_unclipped, v_loss_clipped), mask)
+    v_loss = 0.5 * masked_mean(torch.maximum(v_loss_unclipped, v_loss_clipped), mask, num_tokens)
     with torch.no_grad():
-        vf_clipfrac = masked_mean((v_loss_clipped > v_loss_unclipped).float(), mask)
+        vf_clipfrac = masked_mean((v_loss_clipped > v_loss_unclipped).float(), mask, num_tokens)
     return v_loss, {"vf_clipfrac": vf_clipfrac}
 
 
@@ -73,3 +83,50 @@ def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
 def sft_loss(logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Negative log-likelihood of the generated tokens (warm start), token-mean."""
     return -masked_mean(logp, mask)
+
+
+def rl_loss(
+    algorithm: Literal["ppo", "grpo"],
+    logp: torch.Tensor,
+    batch: dict[str, torch.Tensor],
+    *,
+    clip: float,
+    kl_coef: float,
+    vf_clip: float = 0.5,
+    vf_loss_coeff: float = 1.0,
+    values: torch.Tensor | None = None,
+    num_tokens: float | torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The learner's whole loss on one (micro-)batch, and its statistics.
+
+    PPO: clipped surrogate + ``vf_loss_coeff`` x clipped value loss (the KL to the reference is
+    already in the advantages through the reward; ``ref_kl`` reports its k1 estimate). GRPO:
+    clipped surrogate + ``kl_coef`` x k3 KL to the reference.
+
+    Args:
+        logp, values: (B, T) the current policy's log-probs and (PPO) values.
+        batch: ``loss_mask``, ``old_logp``, ``advantages``, ``ref_logp`` and, for PPO,
+            ``old_values`` and ``returns``, each (B, T).
+        num_tokens: token-mean denominator (default: this batch's masked tokens).
+    """
+    mask = batch["loss_mask"]
+    pg_loss, stats = clipped_pg_loss(
+        logp, batch["old_logp"], batch["advantages"], mask, clip, num_tokens
+    )
+    stats = {"policy_loss": pg_loss, **stats}
+    if algorithm == "ppo":
+        if values is None:
+            raise ValueError("PPO's loss needs the critic's values (model.value_head)")
+        v_loss, v_stats = clipped_value_loss(
+            values, batch["old_values"], batch["returns"], mask, vf_clip, num_tokens
+        )
+        loss = pg_loss + vf_loss_coeff * v_loss
+        ref_kl = masked_mean(kl_k1(logp.detach(), batch["ref_logp"]), mask, num_tokens)
+        stats.update(vf_loss=v_loss, ref_kl=ref_kl, **v_stats)
+    elif algorithm == "grpo":
+        kl_loss = masked_mean(kl_k3(logp, batch["ref_logp"]), mask, num_tokens)
+        loss = pg_loss + kl_coef * kl_loss
+        stats.update(ref_kl=kl_loss)
+    else:
+        raise ValueError(f"algorithm must be 'ppo' or 'grpo', got {algorithm!r}")
+    return loss, {k: v.detach() for k, v in stats.items()}

@@ -1,9 +1,14 @@
 """The LLM policy as a plain torch module: a causal LM (+ LoRA) with a value head, scoring tokens.
 
-``TokenPolicy.score`` takes rows of packed training sequences (see ``context.Unit``): token ids,
+``TokenPolicy`` takes rows of packed training sequences (see ``context.Unit``): token ids,
 rollout positions, and a segment-level attention rule ``vis`` that, with causality, gives each
 row's 2D mask. The mask reaches the model as an additive 0/-inf float tensor of the model's
 dtype (never 0/1 floats, which Hugging Face would add to the scores: the MEM1 code's mask bug).
+
+Log-probs are read from the decoder's last hidden state through the output layer a chunk of
+positions at a time, and only at the positions asked for (the loss tokens), so no full
+(tokens x vocabulary) logits tensor is ever built: for Qwen2.5's 151,936-token vocabulary that
+tensor alone is ~5 GB in fp32 for one 8k-token row.
 """
 
 from __future__ import annotations
@@ -54,11 +59,28 @@ def resolve_dtype(name: str) -> torch.dtype:
     return table[name]
 
 
-def load_lm(path: str, dtype: torch.dtype, lora: LoRASettings | None = None) -> nn.Module:
-    """A Hugging Face causal LM from a local directory or a model name (+ LoRA adapters)."""
+def load_lm(
+    path: str,
+    dtype: torch.dtype,
+    lora: LoRASettings | None = None,
+    activation_checkpointing: bool = False,
+) -> nn.Module:
+    """A Hugging Face causal LM from a local directory or a model name (+ LoRA adapters).
+
+    ``activation_checkpointing``: keep only each decoder layer's input during training passes and
+    recompute the rest in the backward pass (less memory, about a third more compute).
+    """
     from transformers import AutoModelForCausalLM
 
     lm = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    if activation_checkpointing:
+        # Non-reentrant: gradients reach LoRA adapters and frozen embeddings alike. Newer
+        # transformers name the switch activation_checkpointing_enable.
+        kwargs = {"use_reentrant": False}
+        if hasattr(lm, "activation_checkpointing_enable"):
+            lm.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+        else:
+            lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
     if lora is not None and lora.enabled:
         from peft import LoraConfig, get_peft_model
 
@@ -100,19 +122,84 @@ def additive_mask(seg: torch.Tensor, vis: torch.Tensor, dtype: torch.dtype) -> t
     return mask.masked_fill(~allowed[:, None], float("-inf"))
 
 
-class TokenPolicy(nn.Module):
-    """Causal LM + optional value head; scores the tokens of packed sequences."""
+def causal_lm(lm: nn.Module) -> nn.Module:
+    """The Hugging Face causal LM inside ``lm`` (itself, or the model a peft wrapper adapts; the
+    adapters stay in its layers, so calling it still applies them)."""
+    return lm.get_base_model() if hasattr(lm, "get_base_model") else lm
 
-    def __init__(self, lm: nn.Module, value_head: bool) -> None:
+
+def token_logp(
+    head: nn.Module, hidden: torch.Tensor, target: torch.Tensor, chunk_tokens: int
+) -> torch.Tensor:
+    """log softmax(head(hidden))[target], ``chunk_tokens`` positions at a time.
+
+    Only one chunk's logits (chunk_tokens x vocabulary) exist at any moment: with gradients on,
+    each chunk is recomputed in the backward pass instead of being kept.
+
+    Args:
+        hidden: (N, H) hidden states of the positions to score.
+        target: (N,) the token each position predicts.
+
+    Returns:
+        (N,) float32 log-probs.
+    """
+    from torch.utils.checkpoint import checkpoint
+
+    def chunk_logp(h: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        logits = head(h).float()  # (n, V)
+        return logits.gather(-1, t[:, None])[:, 0] - logits.logsumexp(-1)
+
+    keep_graph = torch.is_grad_enabled() and (
+        hidden.requires_grad or any(p.requires_grad for p in head.parameters())
+    )
+    out = []
+    for start in range(0, hidden.shape[0], chunk_tokens):
+        h, t = hidden[start : start + chunk_tokens], target[start : start + chunk_tokens]
+        if keep_graph:
+            out.append(checkpoint(chunk_logp, h, t, use_reentrant=False))
+        else:
+            out.append(chunk_logp(h, t))
+    return torch.cat(out) if out else hidden.new_zeros((0,), dtype=torch.float32)
+
+
+class TokenPolicy(nn.Module):
+    """Causal LM + optional value head; scores the tokens of packed sequences.
+
+    Args:
+        lm: a Hugging Face causal LM (optionally wrapped by peft).
+        value_head: add a linear critic on the last hidden state (PPO).
+        logp_chunk_tokens: positions whose logits are computed together (memory vs speed).
+        full_logits: compute the logits of every position at once, as the LM's own forward does
+            (fp32 logits over the whole vocabulary: ~5 GB for one 8k-token row of Qwen2.5);
+            kept to measure against, and for LMs that change their logits after the head.
+    """
+
+    def __init__(
+        self,
+        lm: nn.Module,
+        value_head: bool,
+        *,
+        logp_chunk_tokens: int = 1024,
+        full_logits: bool = False,
+    ) -> None:
         super().__init__()
         self.lm = lm
-        hidden = lm.config.hidden_size if hasattr(lm, "config") else lm.get_base_model().config
-        self.value_head = nn.Linear(hidden, 1) if value_head else None
+        config = causal_lm(lm).config
+        if not full_logits and getattr(config, "final_logit_softcapping", None) is not None:
+            raise ValueError(
+                f"{type(causal_lm(lm)).__name__} soft-caps its logits after the output layer, "
+                "which chunked log-probs do not reproduce; set model.full_logits: true"
+            )
+        if logp_chunk_tokens < 1:
+            raise ValueError(f"logp_chunk_tokens must be >= 1, got {logp_chunk_tokens}")
+        self.logp_chunk_tokens = logp_chunk_tokens
+        self.full_logits = full_logits
+        self.value_head = nn.Linear(config.hidden_size, 1) if value_head else None
         if self.value_head is not None:
             nn.init.zeros_(self.value_head.weight)
             nn.init.zeros_(self.value_head.bias)
 
-    def score(
+    def forward(
         self,
         input_ids: torch.Tensor,
         position_ids: torch.Tensor,
@@ -120,38 +207,65 @@ class TokenPolicy(nn.Module):
         vis: torch.Tensor,
         *,
         with_values: bool = False,
+        logp_mask: torch.Tensor | None = None,
     ) -> dict[str, torch.Tensor]:
         """Per-token log-probs (and values) of rows of packed sequences.
 
         Args:
             input_ids, position_ids, seg: (B, T) int64.
             vis: (B, S, S) bool segment visibility.
+            logp_mask: (B, T) bool, the tokens whose log-prob is wanted (the loss tokens); the
+                others get 0 and cost no logits. None: every token.
 
         Returns:
             ``logp`` (B, T): log-prob of token t given what it may see (0 at t = 0);
             ``values`` (B, T) with ``with_values``: value before token t (0 at t = 0).
         """
+        if with_values and self.value_head is None:
+            raise ValueError(
+                "values requested but the policy has no value head "
+                "(PPO needs one: set model.value_head)"
+            )
         dtype = next(self.lm.parameters()).dtype
         mask = additive_mask(seg, vis, dtype)
-        out = self.lm(
-            input_ids=input_ids,
-            attention_mask=mask,
-            position_ids=position_ids,
-            output_hidden_states=with_values,
-            use_cache=False,
-        )
-        logits = out.logits[:, :-1].float()  # (B, T-1, V)
-        target = input_ids[:, 1:]
-        logp = logits.gather(-1, target[..., None])[..., 0] - logits.logsumexp(-1)
+        if self.full_logits:
+            out = self.lm(
+                input_ids=input_ids,
+                attention_mask=mask,
+                position_ids=position_ids,
+                output_hidden_states=with_values,
+                use_cache=False,
+            )
+            logits = out.logits[:, :-1].float()  # (B, T-1, V)
+            target = input_ids[:, 1:]
+            logp = logits.gather(-1, target[..., None])[..., 0] - logits.logsumexp(-1)
+            hidden = out.hidden_states[-1] if with_values else None
+        else:
+            model = causal_lm(self.lm)
+            hidden = model.get_decoder()(
+                input_ids=input_ids, attention_mask=mask, position_ids=position_ids, use_cache=False
+            ).last_hidden_state  # (B, T, H)
+            if logp_mask is None:
+                wanted = torch.ones_like(input_ids[:, 1:], dtype=torch.bool)  # (B, T-1)
+            else:
+                wanted = logp_mask[:, 1:].bool()
+            rows, cols = wanted.nonzero(as_tuple=True)
+            picked = token_logp(
+                model.get_output_embeddings(),
+                hidden[:, :-1][rows, cols],
+                input_ids[:, 1:][rows, cols],
+                self.logp_chunk_tokens,
+            )
+            logp = hidden.new_zeros(wanted.shape, dtype=torch.float32).index_put(
+                (rows, cols), picked
+            )  # (B, T-1)
         result = {"logp": nn.functional.pad(logp, (1, 0))}
         if with_values:
-            if self.value_head is None:
-                raise ValueError(
-                    "values requested but the policy has no value head "
-                    "(PPO needs one: set model.value_head)"
-                )
             # The critic reads the policy's features without moving them (a value probe).
-            hidden = out.hidden_states[-1][:, :-1].detach()
-            values = self.value_head(hidden.to(self.value_head.weight.dtype))[..., 0].float()
-            result["values"] = nn.functional.pad(values, (1, 0))
+            feats = hidden[:, :-1].detach().to(self.value_head.weight.dtype)
+            result["values"] = nn.functional.pad(self.value_head(feats)[..., 0].float(), (1, 0))
         return result
+
+    def score(self, *args: Any, **kwargs: Any) -> dict[str, torch.Tensor]:
+        """``forward`` (called through the module, so wrappers such as FSDP see the call)."""
+        return self(*args, **kwargs)

@@ -1,4 +1,4 @@
-"""Prompt templates and the turn format of LLM text agents (QA and WebShop, see specs/mem1.md).
+"""Prompt templates and the turn format of LLM text agents (QA and WebShop).
 
 ``PromptSettings`` holds what the context policies need to turn an env's text into token ids: the
 task prompt template, the tag names, how observations are appended, and which chat template wraps
@@ -89,6 +89,37 @@ class PromptSettings:
         names = ["state", "search", "answer", "information", "summary"]
         tags = sorted({self.tag(n) for n in names} | {"think"})
         return [s for t in tags for s in (f"<{t}>", f"</{t}>")]
+
+
+def check_tags(prompt: PromptSettings, env_config: dict[str, Any]) -> None:
+    """Raises ValueError when the prompt's tag names differ from those the env parses.
+
+    A prompt that asks for ``<IS>`` while the env looks for ``<think>`` makes every episode end
+    in a format error with reward 0, so the two must agree before anything runs. QA envs take
+    ``env.config.tags`` (``TextTags`` keys); WebShop takes ``summary_tag`` and ``answer_tag``.
+    """
+    if prompt.format == "webshop":
+        env = {
+            "summary": env_config.get("summary_tag", "summary"),
+            "answer": env_config.get("answer_tag", "answer"),
+        }
+        mine = {name: prompt.tag(name) for name in env}
+        fix = "set env.config.summary_tag / answer_tag and algorithm.prompt.tags alike"
+    else:
+        env_tags = env_config.get("tags") or {}
+        if not isinstance(env_tags, dict):
+            return  # the env rejects it with its own message
+        env = vars(TextTags(**{k: v for k, v in env_tags.items() if k in vars(TextTags())}))
+        mine = vars(prompt.text_tags())
+        wanted = {k: v for k, v in mine.items() if v != vars(TextTags())[k]}
+        fix = f"set env.config.tags to {wanted or {}} (the same names as algorithm.prompt.tags)"
+    differ = {k: (mine[k], env[k]) for k in env if mine[k] != env[k]}
+    if differ:
+        pairs = ", ".join(f"{k}: prompt <{a}> vs env <{b}>" for k, (a, b) in differ.items())
+        raise ValueError(
+            f"the prompt's tag names differ from the env's ({pairs}): the model would write "
+            f"tags the env does not parse and every episode would end in a format error; {fix}"
+        )
 
 
 def render_prompt(settings: PromptSettings, task: str, tokenizer: Any | None = None) -> str:

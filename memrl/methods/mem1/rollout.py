@@ -2,9 +2,11 @@
 
 ``rollout`` steps several text envs together (see memrl/envs/text.py): per turn it builds each
 active env's context with the context policy, generates for all of them in one backend call,
-hands each generated text to its env, and records the turn's token ids, behaviour log-probs and
-memory figures. ``TextEnvRunner`` (training), ``memrl bench mem1-context`` and evaluation all call
-it, so a figure means the same thing wherever it is reported.
+fetches the searches of all envs that search one index in one retriever call (one request to a
+retrieval server per turn, not one per env), hands each generated text to its env, and records
+the turn's token ids, behaviour log-probs and memory figures. ``TextEnvRunner`` (training),
+``memrl bench mem1-context`` and evaluation all call it, so a figure means the same thing
+wherever it is reported.
 """
 
 from __future__ import annotations
@@ -90,6 +92,47 @@ def find_scratch(tokenizer: Any, ids: Sequence[int], tag: str) -> tuple[int, int
     return a, min(b, len(ids))
 
 
+def prefetch_searches(envs: Sequence[Any], actions: Sequence[str]) -> int:
+    """Fetches, before the envs step, the searches these actions make: one ``retrieve`` call per
+    index the envs share (envs exposing ``search_request``/``prefetch``, e.g. doc-QA); returns
+    the number of calls made."""
+    groups: dict[Any, list[tuple[Any, Any]]] = {}
+    for env, action in zip(envs, actions, strict=True):
+        base = env.unwrapped
+        ask = getattr(base, "search_request", None)
+        request = ask(action) if ask is not None else None
+        if request is not None:
+            groups.setdefault((request.key, request.topk), []).append((base, request))
+    for (_, topk), items in groups.items():
+        queries = [request.query for _, request in items]
+        hits = items[0][1].retriever.retrieve(queries, topk)
+        for (base, request), found in zip(items, hits, strict=True):
+            base.prefetch(request.query, found)
+    return len(groups)
+
+
+def transcript(ep: TextEpisode, tokenizer: Any) -> dict[str, Any]:
+    """One episode as text: the prompt, then per turn the context size, what the model wrote
+    and what the env answered; with its outcome and memory figures (a JSON-able dict)."""
+    return {
+        "task_id": ep.task_id,
+        "prompt": tokenizer.decode(ep.prompt_ids),
+        "turns": [
+            {
+                "context_tokens": counts.context,
+                "generated": tokenizer.decode(turn.gen_ids),
+                "observation": tokenizer.decode(turn.obs_ids),
+            }
+            for turn, counts in zip(ep.turns, ep.turn_tokens, strict=True)
+        ],
+        "reward": ep.env_reward,
+        "format_errors": ep.format_errors,
+        "truncated": ep.truncated,
+        **ep.info,
+        **ep.memory_metrics(),
+    }
+
+
 def rollout(
     envs: Sequence[Any],
     backend: Any,
@@ -133,6 +176,7 @@ def rollout(
         ]
         stops = [prompt.stop_strings(last_turn=j >= max_turns[i] - 1) for i in active]
         gens = backend.generate(contexts, stops, max_tokens_per_turn, greedy=greedy)
+        prefetch_searches([envs[i] for i in active], [g.text for g in gens])
         still = []
         for i, ctx, gen in zip(active, contexts, gens, strict=True):
             ep = episodes[i]

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from memrl.methods.mem1.generation.base import GenerationSettings
 from memrl.methods.mem1.network import LoRASettings
-from memrl.methods.mem1.prompts import PromptSettings
+from memrl.methods.mem1.prompts import PromptSettings, check_tags
 from memrl.methods.mem1.tiny import TinyModelSettings
 
 if TYPE_CHECKING:
@@ -48,6 +48,16 @@ class LLMModelSettings:
     """auto (bfloat16 on GPU, float32 on CPU), float32, bfloat16 or float16."""
     value_head: bool | None = None
     """Value head for PPO's critic (null: on when algorithm.algorithm is ppo)."""
+    logp_chunk_tokens: int = 1024
+    """Learner log-probs are computed this many positions at a time, and only at loss tokens, so
+    the logits of a whole row over the vocabulary never exist at once."""
+    full_logits: bool = False
+    """Compute every position's logits at once instead (the LM's own forward: ~5 GB of fp32
+    logits per 8k-token row of Qwen2.5); for comparison, or for LMs that change their logits
+    after the output layer (e.g. soft-capping)."""
+    activation_checkpointing: bool = False
+    """Learners keep only each decoder layer's input and recompute the rest in the backward pass
+    (much less activation memory for about a third more compute)."""
     generation: GenerationSettings = field(default_factory=GenerationSettings)
     """The generation backend of the env runners."""
 
@@ -55,6 +65,10 @@ class LLMModelSettings:
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
             raise ValueError(
                 f"{where}.dtype must be auto, float32, bfloat16 or float16, got {self.dtype!r}"
+            )
+        if self.logp_chunk_tokens < 1:
+            raise ValueError(
+                f"{where}.logp_chunk_tokens must be >= 1, got {self.logp_chunk_tokens}"
             )
 
     def model_config(self, exp: Any) -> dict[str, Any]:
@@ -76,6 +90,9 @@ class LLMModelSettings:
             "dtype": self.dtype,
             "lora": dataclasses.asdict(self.lora),
             "value_head": bool(value_head),
+            "logp_chunk_tokens": self.logp_chunk_tokens,
+            "full_logits": self.full_logits,
+            "activation_checkpointing": self.activation_checkpointing,
             "generation": dataclasses.asdict(self.generation),
         }
 
@@ -186,6 +203,14 @@ class Mem1Settings:
     """Passes over each batch."""
     max_tokens_per_row: int = 4096
     """Training rows pack sequences up to this many tokens."""
+    micro_batch_tokens: int = 8192
+    """Tokens a learner puts through one forward/backward pass (rows x longest row); a
+    minibatch is split into such micro-batches with gradients accumulated, so learner memory
+    stays flat as the minibatch grows. Also the size of the scoring passes."""
+    fsdp: bool = False
+    """Shard the LM over the learners with torch FSDP2 (full fine-tuning of models that one GPU
+    cannot hold with their gradients and AdamW state; needs resources.num_learners >= 2 and no
+    LoRA). Off: every learner holds the whole model and gradients are averaged (DDP)."""
     grad_clip: float = 1.0
     """Global gradient-norm clip."""
     recompute_old_logp: bool = True
@@ -223,6 +248,7 @@ class Mem1Settings:
             "num_minibatches",
             "num_epochs",
             "max_tokens_per_row",
+            "micro_batch_tokens",
             "last_k",
         ):
             if getattr(self, name) < 1:
@@ -259,6 +285,17 @@ class Mem1Settings:
             raise ValueError(
                 f"resources.num_envs_per_env_runner ({envs}) must be a multiple of "
                 f"algorithm.group_size ({self.group_size}): each runner draws whole groups"
+            )
+        check_tags(self.prompt, exp.env.config)
+        if self.fsdp and exp.resources.num_learners < 2:
+            raise ValueError(
+                "algorithm.fsdp shards the model over learners: set resources.num_learners >= 2 "
+                f"(got {exp.resources.num_learners}), or fsdp: false for one learner"
+            )
+        if self.fsdp and getattr(getattr(exp.model, "lora", None), "enabled", False):
+            raise ValueError(
+                "algorithm.fsdp is for full fine-tuning; with model.lora.enabled the adapters "
+                "train with DDP over the learners: set algorithm.fsdp: false"
             )
         config = Mem1Config()
         config.mem1 = self

@@ -145,38 +145,115 @@ def test_packed_rows_isolate_units_and_the_future(tiny):
         np.testing.assert_allclose(base[sl].numpy(), _score(policy, u).numpy(), atol=1e-5)
 
 
+def test_packed_exact_hides_what_a_turn_never_saw_through_every_layer(tiny):
+    """Three layers, MEM1 context: turn 2 saw neither obs_0 nor gen_0. In packed_exact mode its
+    log-probs stay bit-identical when those tokens change (any number of layers); in packed mode
+    they move, since gen_1's packed hidden states saw obs_0 (the documented approximation)."""
+    tok, _ = tiny
+    lm = build_tiny_model(
+        len(tok), TinyModelSettings(hidden_size=32, intermediate_size=64, num_layers=3)
+    )
+    policy = TokenPolicy(lm, value_head=False).eval()
+    prompt_ids, turns = _episode(tok)
+    pol = ContextPolicy("mem1")
+    exact = packed_exact_unit(pol, prompt_ids, turns)
+    gen2 = np.nonzero(exact.loss_mask)[0][-5:]
+    base = _score(policy, exact)
+    # gen_0, obs_0 and gen_1 as generated; turn 2 reads a re-encoded copy of gen_1 instead
+    unseen = np.nonzero(~exact.vis[exact.seg[gen2[0]]][exact.seg])[0]
+    hidden = (turns[0].gen_ids, turns[0].obs_ids, turns[1].gen_ids)
+    assert len(unseen) == sum(len(x) for x in hidden)
+    for pos in unseen:
+        delta = (_score(policy, _perturbed(exact, pos, len(tok))) - base)[gen2].abs().max()
+        assert delta.item() == 0.0, f"token {pos} reached turn 2"
+    # what turn 2 does see (the re-encoded gen_1 and obs_1 just before it) moves it
+    seen = gen2[0] - 1
+    assert (_score(policy, _perturbed(exact, seen, len(tok))) - base)[gen2].abs().max() > 1e-4
+    # packed: obs_0 reaches turn 2 through gen_1's hidden states in the layers above the first
+    packed = packed_unit(pol, prompt_ids, turns)
+    p_gen2 = np.nonzero(packed.loss_mask)[0][-5:]
+    obs0 = np.nonzero(packed.seg == 2)[0]
+    p_base = _score(policy, packed)
+    moved = (_score(policy, _perturbed(packed, obs0[0], len(tok))) - p_base)[p_gen2].abs().max()
+    assert moved.item() > 0.0
+
+
 def test_per_turn_recomputes_behaviour_logps_and_packed_gap_is_small(tiny):
-    """Batched, left-padded generation vs one learner pass: per_turn matches to 1e-4 (float32)."""
+    """Batched, left-padded generation vs one learner pass: per_turn and packed_exact match to
+    1e-4 (float32); packed matches on the first turn and under the full context policy, and
+    differs on later MEM1 turns (its approximation)."""
+    import copy
+
     tok, lm = tiny
+    # Larger weights than the random init's, so that a token's hidden state depends clearly on
+    # what it attends to (near-uniform attention would hide packed mode's approximation).
+    lm = copy.deepcopy(lm)
+    with torch.no_grad():
+        for name, p in lm.named_parameters():
+            if p.ndim == 2 and "embed" not in name:
+                p.mul_(8.0)
     backend = make_backend(GenerationSettings(temperature=1.0, seed=1), lm, tok)
     policy = TokenPolicy(lm, value_head=False).eval()
-    pol = ContextPolicy("mem1")
     questions = ["What is the population of Poserno?", "Where was Fernosbil born?", "Kalgorgu?"]
     prompts = [tok.encode(render_prompt(PROMPT, q)) for q in questions]
-    episodes = [[] for _ in questions]
-    for j in range(3):
-        ctxs = [context_ids(pol, p, e, j) for p, e in zip(prompts, episodes, strict=True)]
-        gens = backend.generate(ctxs, [PROMPT.stop_strings(False)] * 3, 8)
-        for e, g in zip(episodes, gens, strict=True):
-            obs = tok.encode(render_observation(PROMPT, f"<information>turn {j}</information>"))
-            e.append(Turn(gen_ids=g.ids, logps=g.logps, obs_ids=obs))
-    gaps = {"per_turn": 0.0, "packed": 0.0, "packed_exact": 0.0}
-    layouts = {
-        "per_turn": lambda p, e: per_turn_units(pol, p, e),
-        "packed": lambda p, e: [packed_unit(pol, p, e)],
-        "packed_exact": lambda p, e: [packed_exact_unit(pol, p, e)],
-    }
-    for p, e in zip(prompts, episodes, strict=True):
-        e[-1].obs_ids = []
-        for mode in gaps:
-            units = layouts[mode](p, e)
-            for u in units:
-                lp = _score(policy, u).numpy()
-                gap = np.abs(lp[u.loss_mask] - u.behaviour_logp[u.loss_mask]).max()
-                gaps[mode] = max(gaps[mode], float(gap))
-    assert gaps["per_turn"] < 1e-4 and gaps["packed_exact"] < 1e-4
-    assert np.isfinite(gaps["packed"])
+    gaps = {}
+    for name in ("mem1", "full"):
+        pol = ContextPolicy(name)
+        episodes = [[] for _ in questions]
+        for j in range(3):
+            ctxs = [context_ids(pol, p, e, j) for p, e in zip(prompts, episodes, strict=True)]
+            gens = backend.generate(ctxs, [PROMPT.stop_strings(False)] * 3, 8)
+            for e, g in zip(episodes, gens, strict=True):
+                obs = tok.encode(render_observation(PROMPT, f"<information>turn {j}</information>"))
+                e.append(Turn(gen_ids=g.ids, logps=g.logps, obs_ids=obs))
+        layouts = {
+            "per_turn": lambda p, e, pol=pol: per_turn_units(pol, p, e),
+            "packed": lambda p, e, pol=pol: [packed_unit(pol, p, e)],
+            "packed_exact": lambda p, e, pol=pol: [packed_exact_unit(pol, p, e)],
+        }
+        for p, e in zip(prompts, episodes, strict=True):
+            e[-1].obs_ids = []
+            first_turn = len(e[0].gen_ids)
+            for mode, layout in layouts.items():
+                for u in layout(p, e):
+                    lp = _score(policy, u).numpy()
+                    gap = np.abs(lp[u.loss_mask] - u.behaviour_logp[u.loss_mask])
+                    turn0 = u.token_order[u.loss_mask] < first_turn
+                    for part, values in (("first", gap[turn0]), ("later", gap[~turn0])):
+                        key = (name, mode, part)
+                        if values.size:
+                            gaps[key] = max(gaps.get(key, 0.0), float(values.max()))
     print(f"log-prob gap vs rollout: {gaps}")
+    for (name, mode, part), gap in gaps.items():
+        if mode == "packed" and name == "mem1" and part == "later":
+            assert gap > 1e-3, "packed MEM1 turns should differ from the rollout"
+        else:
+            assert gap < 1e-4, f"{name} {mode} {part}: {gap}"
+
+
+def test_chunked_logps_equal_full_logits_with_gradients(tiny):
+    tok, lm = tiny
+    torch.manual_seed(0)
+    chunked = TokenPolicy(lm, value_head=True, logp_chunk_tokens=7)
+    full = TokenPolicy(lm, value_head=True, full_logits=True)
+    full.value_head.load_state_dict(chunked.value_head.state_dict())
+    ids = torch.randint(0, len(tok), (2, 30))
+    pos = torch.arange(30).repeat(2, 1)
+    seg = torch.zeros((2, 30), dtype=torch.long)
+    vis = torch.ones((2, 1, 1), dtype=torch.bool)
+    want = torch.rand(2, 30) > 0.5
+    a = chunked.score(ids, pos, seg, vis, with_values=True, logp_mask=want)
+    b = full.score(ids, pos, seg, vis, with_values=True)
+    torch.testing.assert_close(a["logp"][want], b["logp"][want], atol=1e-5, rtol=1e-5)
+    assert not a["logp"][~want].any()  # no logits are spent where no log-prob is asked for
+    torch.testing.assert_close(a["values"], b["values"])
+    a["logp"][want].sum().backward()
+    grads = [p.grad.clone() for p in lm.parameters()]
+    lm.zero_grad()
+    b["logp"][want].sum().backward()
+    for g, h in zip(grads, [p.grad for p in lm.parameters()], strict=True):
+        torch.testing.assert_close(g, h, atol=1e-5, rtol=1e-4)
+    lm.zero_grad()
 
 
 def _stop_model(tok, lm, token: str):
@@ -197,11 +274,80 @@ def test_hf_backend_stops_per_prompt_and_keeps_the_stop_string(tiny):
     model = _stop_model(tok, lm, "</search>")
     backend = make_backend(GenerationSettings(temperature=1.0), model, tok)
     prompts = [tok.encode("Question one"), tok.encode("a much longer second question here")]
-    out = backend.generate(prompts, [["</search>", "</answer>"], ["</answer>"]], 4)
+    batch_sizes = []
+    hook = model.register_forward_pre_hook(
+        lambda _, args, kwargs: batch_sizes.append(kwargs["input_ids"].shape[0]),
+        with_kwargs=True,
+    )
+    try:
+        out = backend.generate(prompts, [["</search>", "</answer>"], ["</answer>"]], 4)
+    finally:
+        hook.remove()
     assert out[0].finish_reason == "stop" and out[0].text == "</search>" and len(out[0].ids) == 1
     assert out[1].finish_reason == "length" and len(out[1].ids) == 4
     assert all(len(o.ids) == len(o.logps) for o in out)
     assert out[0].logps[0] > -1e-3  # the biased token has probability ~1
+    assert batch_sizes == [2, 1, 1, 1]  # the finished row left the batch (and its KV cache)
+
+
+class _DecodeSpy:
+    """The real tokenizer, recording how many ids each ``decode`` call gets."""
+
+    def __init__(self, tokenizer):
+        self._tok = tokenizer
+        self.calls: list[int] = []
+
+    def decode(self, ids, **kwargs):
+        self.calls.append(len(ids))
+        return self._tok.decode(ids, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._tok, name)
+
+
+def test_hf_backend_matches_stop_strings_on_the_new_tail_only(tiny):
+    tok, lm = tiny
+    model = _stop_model(tok, lm, "</search>")
+    spy = _DecodeSpy(tok)
+    backend = make_backend(GenerationSettings(temperature=1.0), model, spy)
+    stops = [["</search></search></search>"], ["</answer>"]]  # a stop spanning three tokens
+    out = backend.generate([tok.encode("Question one"), tok.encode("Question two")], stops, 30)
+    assert out[0].finish_reason == "stop" and out[0].text == "</search>" * 3
+    assert out[1].finish_reason == "length" and len(out[1].ids) == 30
+    during, final = spy.calls[:-2], spy.calls[-2:]  # the last two decode each whole output
+    assert final == [3, 30]
+    assert max(during) <= len(stops[0][0]) + 2  # never the whole text while generating
+    assert len(backend._pieces) == 1  # the new token's text: decoded once, then cached
+
+
+def test_hf_backend_ends_on_every_end_token_of_the_generation_config(tiny):
+    import copy
+
+    tok, lm = tiny
+    model = _stop_model(tok, lm, "<|pad|>")
+    pad = tok.convert_tokens_to_ids("<|pad|>")
+    out = make_backend(GenerationSettings(), model, tok).generate([[5, 6]], [["</answer>"]], 5)
+    assert out[0].finish_reason == "length"  # <|pad|> is not an end token yet
+    model = copy.deepcopy(model)
+    model.generation_config.eos_token_id = [tok.eos_token_id, pad]  # like Qwen's two
+    out = make_backend(GenerationSettings(), model, tok).generate([[5, 6]], [["</answer>"]], 5)
+    assert out[0].finish_reason == "eos" and out[0].ids == [pad] and out[0].text == ""
+
+
+def test_hf_backend_keeps_one_position_of_logits_under_lora(tmp_path, tiny):
+    from memrl.methods.mem1.network import LoRASettings, load_lm
+
+    tok, lm = tiny
+    lm.save_pretrained(tmp_path)
+    peft_lm = load_lm(str(tmp_path), torch.float32, LoRASettings(enabled=True, r=2))
+    positions = []
+    head = peft_lm.get_base_model().lm_head
+    hook = head.register_forward_hook(lambda _, args, out: positions.append(args[0].shape[1]))
+    try:
+        make_backend(GenerationSettings(), peft_lm, tok).generate([list(range(5, 40))], [[]], 3)
+    finally:
+        hook.remove()
+    assert positions == [1, 1, 1]  # the 35-token prompt's logits were never all computed
 
 
 class _CompletionsHandler(BaseHTTPRequestHandler):
@@ -334,3 +480,22 @@ def test_lora_module_syncs_only_adapters_and_reference_is_the_base(tmp_path, tin
         ref = plain.score(ids, pos, seg, vis)["logp"]
     torch.testing.assert_close(base, ref)
     assert (moved - base).abs().max() > 1e-4
+
+
+def test_activation_checkpointing_keeps_the_gradients(tmp_path, tiny):
+    from memrl.methods.mem1.network import load_lm
+
+    tok, lm = tiny
+    lm.save_pretrained(tmp_path)
+    grads = []
+    for checkpointing in (False, True):
+        model = load_lm(str(tmp_path), torch.float32, activation_checkpointing=checkpointing)
+        assert model.is_activation_checkpointing == checkpointing
+        policy = TokenPolicy(model, value_head=False).train()
+        ids = torch.randint(0, len(tok), (2, 24), generator=torch.Generator().manual_seed(0))
+        pos = torch.arange(24).repeat(2, 1)
+        out = policy.score(ids, pos, torch.zeros_like(ids), torch.ones((2, 1, 1), dtype=torch.bool))
+        out["logp"].sum().backward()
+        grads.append([p.grad for p in model.parameters()])
+    for a, b in zip(*grads, strict=True):
+        torch.testing.assert_close(a, b)

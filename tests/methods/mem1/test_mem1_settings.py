@@ -64,3 +64,59 @@ def test_extra_evaluation_sets_are_checked():
     ):
         with pytest.raises((ValueError, TypeError), match=r"a\.eval_extra"):
             from_dict(Mem1Settings, {"eval_extra": bad}, "a").validate("a")
+
+
+def _experiment(prompt_tags=None, env_tags=None, fmt="qa", **env):
+    from memrl.experiment.config import parse_config
+
+    config = {"synthetic_passages": 55, **env}
+    if env_tags is not None:
+        config["tags"] = env_tags
+    prompt = {"format": fmt, **({"tags": prompt_tags} if prompt_tags else {})}
+    return parse_config(
+        {
+            "env": {"id": "memrl/DocQA-v0", "config": config},
+            "algorithm": {"name": "mem1", "prompt": prompt},
+            "model": {"type": "llm", "path": "tiny"},
+            "resources": {"num_envs_per_env_runner": 2},
+        }
+    )
+
+
+def test_prompt_and_env_tags_must_agree_when_the_config_is_built():
+    exp = _experiment(prompt_tags={"state": "IS"})
+    with pytest.raises(ValueError, match=r"state: prompt <IS> vs env <think>.*env\.config\.tags"):
+        exp.algorithm.make_algorithm_config(exp)
+    exp = _experiment(env_tags={"search": "query"})
+    with pytest.raises(ValueError, match=r"search: prompt <search> vs env <query>"):
+        exp.algorithm.make_algorithm_config(exp)
+    # the same names on both sides pass
+    exp = _experiment(prompt_tags={"state": "IS"}, env_tags={"state": "IS"})
+    assert exp.algorithm.make_algorithm_config(exp).mem1.prompt.tag("state") == "IS"
+
+
+def test_webshop_tags_are_checked_against_its_own_keys():
+    from memrl.methods.mem1.prompts import PromptSettings, check_tags
+
+    check_tags(PromptSettings(format="webshop"), {"summary_tag": "summary"})
+    with pytest.raises(ValueError, match="summary: prompt <summary> vs env <mem>"):
+        check_tags(PromptSettings(format="webshop"), {"summary_tag": "mem"})
+
+
+def test_fsdp_needs_several_learners_and_no_lora():
+    from memrl.experiment.config import parse_config
+
+    def exp(learners, lora):
+        return parse_config(
+            {
+                "env": {"id": "memrl/DocQA-v0", "config": {"synthetic_passages": 55}},
+                "algorithm": {"name": "mem1", "fsdp": True},
+                "model": {"type": "llm", "path": "tiny", "lora": {"enabled": lora}},
+                "resources": {"num_envs_per_env_runner": 2, "num_learners": learners},
+            }
+        )
+
+    for learners, lora, message in ((1, False, "num_learners >= 2"), (2, True, "DDP")):
+        e = exp(learners, lora)
+        with pytest.raises(ValueError, match=message):
+            e.algorithm.make_algorithm_config(e)

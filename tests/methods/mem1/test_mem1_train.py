@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -105,6 +106,21 @@ def test_ppo_per_turn_with_a_remote_runner_and_warm_start(tmp_path):
     # The tiny model lives in the run directory given by --output, nowhere else.
     assert list((run / "tiny_model").glob("*/config.json"))
     assert not (tmp_path / "runs").exists()
+
+    # `memrl eval` of the run: EM, F1, peak tokens and turns on held-out tasks, with transcripts.
+    report = tmp_path / "eval.json"
+    out = memrl_cli("eval", str(run), "--episodes", "3", "--output", str(report), timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    result = json.loads(report.read_text())
+    assert result["episodes"] == 3
+    for key in ("em_mean", "f1_mean", "peak_tokens_mean", "turns_mean"):
+        assert key in result, sorted(result)
+    lines = (tmp_path / "eval.transcripts.jsonl").read_text().splitlines()
+    assert len(lines) == 3 and result["transcripts"].endswith("eval.transcripts.jsonl")
+    episode = json.loads(lines[0])
+    assert episode["prompt"] and episode["turns"] and "em" in episode
+    assert episode["peak_tokens"] > max(t["context_tokens"] for t in episode["turns"])
+    assert all({"context_tokens", "generated", "observation"} <= set(t) for t in episode["turns"])
 
 
 def test_grpo_packed_trains_and_resumes(tmp_path):

@@ -22,8 +22,8 @@ def tokenizer():
     )
 
 
-def _scripted_rollout(tokenizer, policy_name, n=3):
-    envs = [make_env("memrl/DocQA-v0", ENV) for _ in range(n)]
+def _scripted_rollout(tokenizer, policy_name, n=3, env=None):
+    envs = [make_env("memrl/DocQA-v0", env or ENV) for _ in range(n)]
     backend = ScriptedBackend(tokenizer, PROMPT, max_turns=6)
     prompts, questions = [], []
     for i, env in enumerate(envs):
@@ -103,3 +103,31 @@ def test_find_scratch_spans_the_think_block(tokenizer):
     a, b = find_scratch(tokenizer, ids, "think")
     assert tokenizer.decode(ids[a:b]) == "<think>plan it</think>"
     assert find_scratch(tokenizer, tokenizer.encode("<answer>x</answer>"), "think") is None
+
+
+class _CountingRetriever:
+    """A real in-process index that records the size of every batch of queries it answers."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.batches: list[int] = []
+
+    def retrieve(self, queries, topk):
+        self.batches.append(len(queries))
+        return self.inner.retrieve(queries, topk)
+
+
+def test_envs_that_search_share_one_request_per_turn(tokenizer):
+    from memrl.envs.doc_qa import resources
+    from memrl.envs.retrieval.http import RetrievalServer
+
+    counting = _CountingRetriever(resources.synthetic_retriever(60, 0))
+    with RetrievalServer(counting) as server:
+        env = {**ENV, "retriever": "http", "retrieval_url": server.url}
+        episodes = _scripted_rollout(tokenizer, "mem1", n=4, env=env)
+    searches = sum(int(ep.info["num_searches"]) for ep in episodes)
+    turns_with_search = max(len(ep.turns) for ep in episodes) - 1  # every turn but the answer
+    assert all(ep.info["em"] == 2.0 for ep in episodes)  # same outcome as the local index
+    assert sum(counting.batches) == searches > len(counting.batches)
+    assert len(counting.batches) <= turns_with_search  # one POST /retrieve per turn at most
+    assert max(counting.batches) == 4  # all four envs searched together

@@ -1,5 +1,7 @@
 """Token-level losses and advantages, checked against hand-computed values."""
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -18,6 +20,7 @@ from memrl.methods.mem1.losses import (
     kl_k3,
     masked_mean,
     masked_whiten,
+    rl_loss,
     sft_loss,
 )
 
@@ -121,3 +124,79 @@ def test_rows_pack_without_overflowing():
     for row in rows:
         assert sum(len(units[i][1]) for i in row) <= 20 or len(row) == 1
     assert sorted(i for row in rows for i in row) == list(range(len(units)))
+
+
+def _loss_batch():
+    """One row, three tokens, the last off the loss; ratios 1.5 and 0.5 at advantages +1, -1."""
+    logp = torch.log(torch.tensor([[1.5, 0.5, 3.0]]))
+    return logp, {
+        "loss_mask": torch.tensor([[True, True, False]]),
+        "old_logp": torch.zeros((1, 3)),
+        "advantages": torch.tensor([[1.0, -1.0, 7.0]]),
+        "old_values": torch.zeros((1, 3)),
+        "returns": torch.tensor([[1.0, 3.0, 9.0]]),
+        # reference: equal at token 0, 0.1 below at token 1 (PPO); GRPO's uses + ln 2 at token 0
+        "ref_logp": logp - torch.tensor([[0.0, 0.1, 5.0]]),
+    }
+
+
+def test_ppo_loss_by_hand():
+    logp, batch = _loss_batch()
+    values = torch.tensor([[2.0, 0.0, 5.0]])
+    loss, stats = rl_loss(
+        "ppo", logp, batch, clip=0.2, kl_coef=0.3, vf_clip=0.5, vf_loss_coeff=0.5, values=values
+    )
+    # policy: token 0 max(-1.5, -1.2) = -1.2, token 1 max(.5, .8) = .8 -> mean -0.2
+    # value: token 0 max((2-1)^2, (0.5-1)^2) = 1, token 1 max(9, 9) = 9 -> 0.5 x mean = 2.5
+    assert stats["policy_loss"].item() == pytest.approx(-0.2)
+    assert stats["vf_loss"].item() == pytest.approx(2.5)
+    assert loss.item() == pytest.approx(-0.2 + 0.5 * 2.5)  # PPO's KL is in the reward
+    assert stats["ref_kl"].item() == pytest.approx(0.05)  # mean of logp - ref = (0, 0.1)
+    assert stats["clipfrac"].item() == pytest.approx(1.0)
+    assert stats["vf_clipfrac"].item() == pytest.approx(0.0)
+    with pytest.raises(ValueError, match="critic"):
+        rl_loss("ppo", logp, batch, clip=0.2, kl_coef=0.3)
+
+
+def test_grpo_loss_by_hand():
+    logp, batch = _loss_batch()
+    batch["ref_logp"] = logp + torch.tensor([[math.log(2.0), 0.0, 1.0]])
+    loss, stats = rl_loss("grpo", logp, batch, clip=0.2, kl_coef=0.5)
+    # k3 with d = ref - logp = (ln 2, 0): exp(d) - d - 1 = (1 - ln 2, 0), mean (1 - ln 2) / 2
+    kl = (1 - math.log(2.0)) / 2
+    assert stats["ref_kl"].item() == pytest.approx(kl)
+    assert loss.item() == pytest.approx(-0.2 + 0.5 * kl)
+    assert "vf_loss" not in stats
+    logp = logp.clone().requires_grad_(True)
+    rl_loss("grpo", logp, batch, clip=0.2, kl_coef=0.5)[0].backward()
+    # d/dlogp of kl_coef x k3 / 2 at token 0: 0.5 x (1 - 2) / 2; of the policy term: token 0 is
+    # clipped (no gradient), so only the KL term moves it, toward the reference.
+    assert logp.grad[0, 0].item() == pytest.approx(0.5 * (1 - 2.0) / 2)
+    assert logp.grad[0, 2].item() == 0.0
+
+
+@pytest.mark.parametrize("algorithm", ["ppo", "grpo"])
+def test_loss_pieces_with_the_whole_token_count_add_up_to_the_whole(algorithm):
+    torch.manual_seed(0)
+    b, t = 4, 6
+    logp = torch.randn(b, t) * 0.1 - 1.0
+    batch = {
+        "loss_mask": torch.rand(b, t) > 0.3,
+        "old_logp": logp + torch.randn(b, t) * 0.1,
+        "advantages": torch.randn(b, t),
+        "old_values": torch.randn(b, t),
+        "returns": torch.randn(b, t),
+        "ref_logp": logp + torch.randn(b, t) * 0.1,
+    }
+    values = torch.randn(b, t)
+    kw = {"clip": 0.2, "kl_coef": 0.1, "vf_clip": 0.5, "values": values}
+    whole, stats = rl_loss(algorithm, logp, batch, **kw)
+    n = batch["loss_mask"].sum()
+    parts = []
+    for rows in ([0], [1, 2], [3]):
+        sub = {k: v[rows] for k, v in batch.items()}
+        kw["values"] = values[rows]
+        parts.append(rl_loss(algorithm, logp[rows], sub, num_tokens=n, **kw))
+    assert sum(p[0] for p in parts).item() == pytest.approx(whole.item(), rel=1e-5)
+    total_kl = sum(p[1]["ref_kl"] for p in parts).item()
+    assert total_kl == pytest.approx(stats["ref_kl"].item(), rel=1e-5)

@@ -1,8 +1,8 @@
 """Generation backends behind one interface: ``hf`` (transformers), ``vllm`` and ``openai``.
 
-``make_backend(settings, module)`` builds the backend a config names. Every backend returns, per
-prompt, the generated token ids, their behaviour log-probs and the decoded text, so that the env
-runner records exactly what the model sampled.
+``make_backend(settings, lm, tokenizer)`` builds the backend a config names. Every backend
+returns, per prompt, the generated token ids, their behaviour log-probs and the decoded text, so
+that the env runner records exactly what the model sampled.
 """
 
 from __future__ import annotations
@@ -14,8 +14,13 @@ from memrl.methods.mem1.generation.base import Generation, GenerationBackend, Ge
 BACKENDS = ("hf", "vllm", "openai")
 
 
-def make_backend(settings: GenerationSettings, lm: Any, tokenizer: Any) -> GenerationBackend:
+def make_backend(
+    settings: GenerationSettings, lm: Any, tokenizer: Any, model_path: str | None = None
+) -> GenerationBackend:
     """The backend named by ``settings.backend``, bound to a causal LM and its tokenizer.
+
+    ``model_path``: the folder (or name) ``lm`` was loaded from; the vllm backend starts its
+    engine from it.
 
     Raises:
         ValueError: unknown backend name.
@@ -27,7 +32,7 @@ def make_backend(settings: GenerationSettings, lm: Any, tokenizer: Any) -> Gener
     if settings.backend == "vllm":
         from memrl.methods.mem1.generation.vllm import VLLMBackend
 
-        return VLLMBackend(lm, tokenizer, settings)
+        return VLLMBackend(lm, tokenizer, settings, model_path)
     if settings.backend == "openai":
         from memrl.methods.mem1.generation.openai import OpenAIBackend
 

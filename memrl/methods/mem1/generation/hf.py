@@ -4,6 +4,12 @@ The sampling loop is ours rather than ``model.generate`` so that the recorded lo
 is exactly that of the distribution it was sampled from (temperature and top-p applied), and so
 that each sequence stops on its own stop strings. Prompts are left-padded; positions count from
 each prompt's first real token, so a batched prompt sees exactly what it would see alone.
+
+A row ends on any end token the model declares (the tokenizer's and every id of the model's
+generation config, e.g. Qwen's ``<|im_end|>`` and ``<|endoftext|>``), on one of its stop strings,
+or at the token budget; finished rows leave the batch and the KV cache, so they cost no further
+compute. Stop strings are checked only when the new token could complete one (its text holds a
+stop string's last character), on the last few tokens.
 """
 
 from __future__ import annotations
@@ -18,21 +24,41 @@ from memrl.methods.mem1.generation.base import Generation, GenerationSettings
 logger = logging.getLogger(__name__)
 
 
+def end_token_ids(lm: Any, tokenizer: Any) -> set[int]:
+    """Every id that ends a generation: the tokenizer's end token and the model's (generation)
+    config end tokens, which may be one id or a list."""
+    ids: set[int] = set()
+    sources = [getattr(tokenizer, "eos_token_id", None)]
+    for owner in (getattr(lm, "generation_config", None), getattr(lm, "config", None)):
+        sources.append(getattr(owner, "eos_token_id", None) if owner is not None else None)
+    for value in sources:
+        if isinstance(value, int):
+            ids.add(value)
+        elif isinstance(value, list | tuple):
+            ids.update(int(v) for v in value)
+    return ids
+
+
 class HFBackend:
     """Generation with the training LM itself (weights are shared, so syncs need no copy)."""
 
     def __init__(self, lm: Any, tokenizer: Any, settings: GenerationSettings) -> None:
         import torch
 
-        self.lm = lm
         self.tokenizer = tokenizer
         self.settings = settings
         self._generator = torch.Generator(device="cpu").manual_seed(settings.seed)
-        self.eos_id = tokenizer.eos_token_id
-        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_id
+        self._pieces: dict[int, str] = {}
+        self.update_weights(lm)
+        self.pad_id = tokenizer.pad_token_id
+        if self.pad_id is None:
+            self.pad_id = tokenizer.eos_token_id
 
     def update_weights(self, lm: Any) -> None:
-        self.lm = lm
+        # peft's wrapper hides the LM's forward signature; its adapters live inside the wrapped
+        # LM's layers, so calling that LM directly generates with them (and with logits_to_keep).
+        self.lm = lm.get_base_model() if hasattr(lm, "get_base_model") else lm
+        self.eos_ids = end_token_ids(self.lm, self.tokenizer)
 
     def generate(
         self,
@@ -51,6 +77,20 @@ class HFBackend:
                 prompts[i : i + step], stops[i : i + step], max_new_tokens, greedy
             )
         return out
+
+    def _piece(self, token: int) -> str:
+        piece = self._pieces.get(token)
+        if piece is None:
+            piece = self._pieces[token] = self.tokenizer.decode([token])
+        return piece
+
+    def _stopped(self, ids: list[int], stops: Sequence[str], last_chars: str, tail: int) -> bool:
+        """Whether the newest token completes one of ``stops``: only when its text holds a stop's
+        last character are the last ``tail`` tokens decoded and searched."""
+        if not stops or not any(c in self._piece(ids[-1]) for c in last_chars):
+            return False
+        text = self.tokenizer.decode(ids[-tail:])
+        return any(s in text for s in stops)
 
     def _generate_batch(self, prompts, stops, max_new_tokens, greedy) -> list[Generation]:
         import torch
@@ -71,8 +111,10 @@ class HFBackend:
         gen: list[list[int]] = [[] for _ in range(n)]
         logps: list[list[float]] = [[] for _ in range(n)]
         reasons: list[str | None] = [None] * n
-        # Stop strings are matched on the decoded tail; this many tokens always cover one.
-        tail = {r: max((len(s) for s in stops[r]), default=0) + 2 for r in range(n)}
+        last_chars = ["".join({s[-1] for s in row if s}) for row in stops]
+        # A stop string of c characters spans at most c tokens, +2 for partial pieces at its ends.
+        tail = [max((len(s) for s in row), default=0) + 2 for row in stops]
+        alive = list(range(n))  # the original row of each row still in the batch
         was_training = self.lm.training
         self.lm.eval()
         params = inspect.signature(self.lm.forward).parameters
@@ -91,27 +133,29 @@ class HFBackend:
                     **extra,
                 )
                 past = getattr(out, "cache", None) or out.past_key_values
-                logits = out.logits[:, -1, :].float()  # (n, V)
-                token, logp = self._sample(logits, greedy)
-                next_ids = torch.full((n,), self.pad_id, dtype=torch.long, device=device)
-                for r in range(n):
-                    if reasons[r] is not None:
-                        continue
-                    tid = int(token[r])
+                token, logp = self._sample(out.logits[:, -1, :].float(), greedy)  # (a,) each
+                keep = []
+                for b, (tid, lp) in enumerate(zip(token.tolist(), logp.tolist(), strict=True)):
+                    r = alive[b]
                     gen[r].append(tid)
-                    logps[r].append(float(logp[r]))
-                    next_ids[r] = tid
-                    if tid == self.eos_id:
+                    logps[r].append(lp)
+                    if tid in self.eos_ids:
                         reasons[r] = "eos"
-                    elif stops[r]:
-                        text = self.tokenizer.decode(gen[r][-tail[r] :])
-                        if any(s in text for s in stops[r]):
-                            reasons[r] = "stop"
-                if all(reason is not None for reason in reasons):
+                    elif self._stopped(gen[r], stops[r], last_chars[r], tail[r]):
+                        reasons[r] = "stop"
+                    else:
+                        keep.append(b)
+                if not keep:
                     break
+                next_ids = token.to(device)
+                if len(keep) < len(alive):
+                    index = torch.as_tensor(keep, device=device)
+                    past.batch_select_indices(index)
+                    mask, step_pos, next_ids = mask[index], step_pos[index], next_ids[index]
+                    alive = [alive[b] for b in keep]
                 step_ids = next_ids[:, None]
                 step_pos = step_pos[:, -1:] + 1
-                mask = torch.cat([mask, torch.ones((n, 1), dtype=mask.dtype, device=device)], -1)
+                mask = torch.cat([mask, mask.new_ones((len(alive), 1))], -1)
         if was_training:
             self.lm.train()
         results = []
