@@ -207,7 +207,10 @@ def test_full_plan_runs_the_paper_sizes_on_cuda(tmp_path: Path) -> None:
     from memrl.bench import mem1_gpu, memo_memory
 
     checks = {c.name: c for c in gpu_check.plan(tmp_path, "cuda", quick=False)}
-    assert list(checks) == ["environment", "memo-memory", "mem1-gpu", "memo-ppo", "vllm"]
+    assert list(checks) == [
+        "environment", "memo-memory", "mem1-gpu", "mem1-learner", "memo-ppo", "vllm",
+    ]  # fmt: skip
+    assert not checks["mem1-learner"].skip and "--skip-vllm" in checks["mem1-learner"].argv
 
     def parsed(module, argv: list[str]) -> argparse.Namespace:
         parser = argparse.ArgumentParser()
@@ -335,6 +338,7 @@ def test_gpu_day_quick_cpu_run_end_to_end(
     for name in ("environment", "memo-memory", "mem1-gpu", "memo-ppo"):
         assert f"| {name} | ok |" in summary
     assert "| vllm | skipped |" in summary and "vLLM is not installed" in summary
+    assert "| mem1-learner | skipped |" in summary and "needs --device cuda" in summary
     with tarfile.open(out / "gpu_check.tgz") as tar:
         names = set(tar.getnames())
         ppo = json.load(tar.extractfile("results/summary.json"))
@@ -346,5 +350,5 @@ def test_gpu_day_quick_cpu_run_end_to_end(
         "results/memo-ppo.log",
     ):
         assert path in names
-    assert [c["status"] for c in ppo["checks"]] == ["ok", "ok", "ok", "ok", "skipped"]
+    assert [c["status"] for c in ppo["checks"]] == ["ok", "ok", "ok", "skipped", "ok", "skipped"]
     assert ppo["environment"]["imports_failed"] == {}
