@@ -22,7 +22,14 @@ import yaml
 from memrl.experiment.build import build_algorithm_config
 from memrl.experiment.config import apply_overrides, parse_config
 from memrl.experiment.ray_session import ray_session
-from memrl.experiment.train import CHECKPOINT_PREFIX, RunDir, build_algo, restore_checkpoint
+from memrl.experiment.train import (
+    CHECKPOINT_PREFIX,
+    CHECKPOINTS,
+    CONFIG,
+    RunDir,
+    build_algo,
+    restore_checkpoint,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -32,13 +39,13 @@ def resolve_checkpoint(path: str | Path) -> tuple[RunDir, Path]:
     p = Path(path)
     if not p.exists():
         raise FileNotFoundError(f"Checkpoint {str(p)!r} does not exist.")
-    if (p / "config.yaml").is_file():
+    if (p / CONFIG).is_file():
         run = RunDir(p)
-        ckpt = run.latest_checkpoint()
-        if ckpt is None:
+        name = run.latest_checkpoint()
+        if name is None:
             raise FileNotFoundError(f"Run {p} has no checkpoint yet.")
-        return run, ckpt
-    if p.name.startswith(CHECKPOINT_PREFIX) and (p.parent.parent / "config.yaml").is_file():
+        return run, p / CHECKPOINTS / name
+    if p.name.startswith(CHECKPOINT_PREFIX) and (p.parent.parent / CONFIG).is_file():
         return RunDir(p.parent.parent), p
     raise ValueError(
         f"{p} is neither a run directory (with config.yaml) nor a checkpoint inside one "
@@ -59,7 +66,7 @@ def evaluate_checkpoint(
     from memrl.experiment.callbacks import inner_episode_stats
 
     run, ckpt = resolve_checkpoint(checkpoint)
-    data = yaml.safe_load(run.config.read_text())
+    data = yaml.safe_load(run.read_text(CONFIG))
     data = apply_overrides(data, list(overrides or []))
     exp = parse_config(data)
     episodes = episodes or exp.run.eval_episodes
