@@ -549,7 +549,8 @@ def train(
 
 def _lost_actor_message(err: Exception, algo: Any, run: RunDir, last_saved: int) -> str:
     """What a user needs when training stops because an actor died with its node."""
-    cause = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    cause = (str(err).strip().splitlines() or [""])[0]
+    cause = cause if len(cause) <= 160 else cause[:157] + "..."
     resume = (
         f"checkpoints up to iteration {last_saved} are in {run.uri(CHECKPOINTS)}; continue "
         f"with: memrl train CONFIG --output {run.location} --resume"
