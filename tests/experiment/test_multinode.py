@@ -98,10 +98,11 @@ def test_node_types_node_losses_and_resume_by_a_second_job(cluster: LocalCluster
 
     # Lose the learner's node: the job fails clearly. A new learner node starts meanwhile.
     rows_before = len(_rows(metrics))
-    cluster.kill_node("learner1")
+    learner_killed_at = cluster.kill_node("learner1")
     with ThreadPoolExecutor(1) as pool:
         joining = pool.submit(cluster.add_node, "learner2", 1, {"learner": 1})
         status, logs = cluster.wait_job("first", timeout=300)
+        failed_after_s = time.time() - learner_killed_at
         joining.result()
     assert status == "FAILED", logs[-3000:]
     assert "error: training stopped in iteration" in logs and "(a learner) was lost" in logs
@@ -137,6 +138,7 @@ def test_node_types_node_losses_and_resume_by_a_second_job(cluster: LocalCluster
         runner_node_loss_recovery_s=round(recovered_s, 1),
         iteration_spanning_the_loss_s=round(float(row.time_this_iter_s), 1),
         runner_node_loss_iterations_lost=0,
+        learner_node_loss_to_job_end_s=round(failed_after_s, 1),
         learner_node_loss_rows_written=len(failed),
         learner_node_loss_last_checkpoint=saved,
         learner_node_loss_iterations_redone=len(failed) - saved,
