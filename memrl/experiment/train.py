@@ -119,7 +119,7 @@ class RunDir:
             raise ValueError(f"a run at {self.location} needs a local directory as well")
         self.fs, self.root = open_filesystem(self.location)
         self.path = Path(local) if local is not None else Path(self.location)
-        self.tb = (self.path if self.staged else Path(self.root)) / TB
+        self.tb = self.path / TB
 
     def at(self, *parts: str) -> str:
         """The filesystem path of a file of the run."""
