@@ -18,6 +18,7 @@ from memrl import plugins
 from memrl.extras import missing_extra
 
 EXIT_USAGE = 2
+EXIT_INTERRUPTED = 1
 
 
 def _add_set(p: argparse.ArgumentParser, help_text: str) -> None:
@@ -41,7 +42,11 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
         type=int,
         help="env steps after which to stop (overrides run.stop_timesteps)",
     )
-    p.add_argument("--output", help="run directory (default: <run.output_dir>/<name>)")
+    p.add_argument(
+        "--output",
+        help="run directory, a path or a URI such as s3://bucket/runs/NAME "
+        "(default: <run.storage or run.output_dir>/<name>)",
+    )
     p.add_argument(
         "--resume",
         action="store_true",
@@ -138,7 +143,11 @@ def _add_tune(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("config", help="experiment YAML with a tune: section")
     _add_set(p, "override a config value before the sweep (repeatable)")
-    p.add_argument("--output", help="sweep directory (default: <run.output_dir>/<name>-tune)")
+    p.add_argument(
+        "--output",
+        help="sweep directory, a path or a URI (default: <run.storage or run.output_dir>/"
+        "<name>-tune)",
+    )
     p.add_argument("--resume", action="store_true", help="resume an interrupted sweep")
     p.add_argument("--address", help="join this Ray cluster (default: RAY_ADDRESS, else embedded)")
 
@@ -187,7 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _cmd_train(args: argparse.Namespace) -> int:
     from memrl.experiment.config import load_config
-    from memrl.experiment.train import train
+    from memrl.experiment.train import RunInterrupted, train
 
     overrides = list(args.overrides)
     if args.stop_iters is not None:
@@ -195,9 +204,17 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if args.stop_timesteps is not None:
         overrides.append(f"run.stop_timesteps={args.stop_timesteps}")
     exp = load_config(args.config, overrides)
-    train(
-        exp, run_dir=args.output, resume=args.resume, address=args.address, dashboard=args.dashboard
-    )
+    try:
+        train(
+            exp,
+            run_dir=args.output,
+            resume=args.resume,
+            address=args.address,
+            dashboard=args.dashboard,
+        )
+    except RunInterrupted as err:  # not the user's doing: no usage exit code, no traceback
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_INTERRUPTED
     return 0
 
 

@@ -131,7 +131,7 @@ def load_policy(run: str, overrides: dict[str, Any]) -> tuple[Any, dict[str, Any
     from memrl.methods.memo.settings import MemoModelSettings
 
     run_dir, ckpt = resolve_checkpoint(run)
-    exp = parse_config(yaml.safe_load(run_dir.config.read_text()))
+    exp = parse_config(yaml.safe_load(run_dir.read_text("config.yaml")))
     if not isinstance(exp.model, MemoModelSettings):
         raise ValueError(
             f"{run}: model type {type(exp.model).__name__} is not memo; this benchmark "

@@ -156,6 +156,10 @@ def build_algorithm_config(exp: ExperimentConfig) -> AlgorithmConfig:
         num_consecutive_env_runner_failures_tolerance=ft.num_consecutive_env_runner_failures_tolerance,
         env_runner_health_probe_timeout_s=ft.env_runner_health_probe_timeout_s,
     )
+    # A sample round that every env runner dropped out of (their node died) is retried within
+    # the same iteration, after RLlib's attempt to restore them, instead of ending an iteration
+    # that trained on nothing: iterations keep their meaning across node losses.
+    algo.reporting(min_sample_timesteps_per_iteration=1)
     algo.debugging(seed=exp.run.seed, log_level="WARN")
     exp.model.apply(algo, exp)
     return algo

@@ -175,7 +175,12 @@ class RunSettings:
     keep_checkpoints: int = 3
     """Newest checkpoints kept on disk (older ones are deleted)."""
     output_dir: str = "runs"
-    """Runs go to <output_dir>/<name>."""
+    """Runs go to <output_dir>/<name> (with run.storage set: only what this machine alone needs,
+    TensorBoard's files before they are copied and RLlib's logdir)."""
+    storage: str | None = None
+    """Where runs go instead, as <storage>/<name>: a directory on shared storage or a URI of a
+    pyarrow filesystem (file:///mnt/shared/runs, s3://bucket/runs, gs://bucket/runs). On a
+    cluster, a job on any node can then --resume the run (null: output_dir)."""
     seed: int = 0
     """Seed of the algorithm, env runners and envs."""
     eval_episodes: int = 10
@@ -195,6 +200,15 @@ class RunSettings:
                 raise ValueError(f"{where}.{name} must be >= 0, got {getattr(self, name)}")
         if self.checkpoint_every < 1 or self.keep_checkpoints < 1:
             raise ValueError(f"{where}.checkpoint_every and {where}.keep_checkpoints must be >= 1")
+        if self.storage is not None and not _STORAGE.match(self.storage):
+            raise ValueError(
+                f"{where}.storage must be a directory or a URI such as s3://bucket/runs, "
+                f"gs://bucket/runs or file:///mnt/shared/runs, got {self.storage!r}"
+            )
+
+
+_STORAGE = re.compile(r"^(?:[a-zA-Z][a-zA-Z0-9+.-]*://.+|[^:]+)$")
+"""A path without a colon, or scheme://something."""
 
 
 @dataclass(frozen=True)

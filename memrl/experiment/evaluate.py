@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -31,7 +32,14 @@ import yaml
 from memrl.experiment.build import build_algorithm_config
 from memrl.experiment.config import apply_overrides, parse_config
 from memrl.experiment.ray_session import ray_session
-from memrl.experiment.train import CHECKPOINT_PREFIX, RunDir, build_algo, restore_checkpoint
+from memrl.experiment.train import (
+    CHECKPOINT_PREFIX,
+    CHECKPOINTS,
+    CONFIG,
+    RunDir,
+    build_algo,
+    restore_checkpoint,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -41,13 +49,13 @@ def resolve_checkpoint(path: str | Path) -> tuple[RunDir, Path]:
     p = Path(path)
     if not p.exists():
         raise FileNotFoundError(f"Checkpoint {str(p)!r} does not exist.")
-    if (p / "config.yaml").is_file():
+    if (p / CONFIG).is_file():
         run = RunDir(p)
-        ckpt = run.latest_checkpoint()
-        if ckpt is None:
+        name = run.latest_checkpoint()
+        if name is None:
             raise FileNotFoundError(f"Run {p} has no checkpoint yet.")
-        return run, ckpt
-    if p.name.startswith(CHECKPOINT_PREFIX) and (p.parent.parent / "config.yaml").is_file():
+        return run, p / CHECKPOINTS / name
+    if p.name.startswith(CHECKPOINT_PREFIX) and (p.parent.parent / CONFIG).is_file():
         return RunDir(p.parent.parent), p
     raise ValueError(
         f"{p} is neither a run directory (with config.yaml) nor a checkpoint inside one "
@@ -73,7 +81,7 @@ def evaluate_checkpoint(
     from memrl.experiment.replay import REPLAY_ENVS, ReplayRecorder, replays_for
 
     run, ckpt = resolve_checkpoint(checkpoint)
-    data = yaml.safe_load(run.config.read_text())
+    data = yaml.safe_load(run.read_text(CONFIG))
     data = apply_overrides(data, list(overrides or []))
     exp = parse_config(data)
     episodes = exp.run.eval_episodes if episodes is None else episodes
@@ -93,8 +101,11 @@ def evaluate_checkpoint(
     record = replays > 0 and exp.env.id in REPLAY_ENVS
     if record:  # the recorder reads single envs (the same trajectories as the vector env)
         exp = replace(exp, resources=replace(exp.resources, env_vectorize_mode="sync"))
-    with ray_session(None, num_cpus=1):
-        algo = build_algo(build_algorithm_config(exp.located(run.path)), run.path / "rllib")
+    algo_config = build_algorithm_config(exp.located(run.path))  # config mistakes before Ray
+    # RLlib's Trainable log dir of an evaluation holds nothing: a temp dir, not one more
+    # timestamped folder in the run's rllib/ per `memrl eval`.
+    with ray_session(None, num_cpus=1), tempfile.TemporaryDirectory(prefix="memrl-eval-") as tmp:
+        algo = build_algo(algo_config, Path(tmp))
         try:
             restore_checkpoint(algo, ckpt, acting_only=True)
             runner = algo.env_runner

@@ -55,7 +55,8 @@ def ray_session(
             and, if that is unset too, starts an embedded Ray on this machine.
         num_cpus: CPUs of the embedded Ray (default: all of this machine's).
         dashboard: start the dashboard of the embedded Ray.
-        keep_temp_on_error: keep the embedded Ray's temp dir (its logs) when the block raises.
+        keep_temp_on_error: keep the embedded Ray's temp dir (its logs) when the block raises
+            (not for ValueError, TypeError or FileNotFoundError: mistakes in the input).
     """
     import ray
 
@@ -104,6 +105,8 @@ def ray_session(
             gpus=res.get("GPU", 0.0),
             temp_dir=temp_dir,
         )
+    except (ValueError, TypeError, FileNotFoundError):
+        raise  # a mistake in the input, said by the error itself: Ray's logs add nothing
     except BaseException:
         failed = True
         raise

@@ -15,7 +15,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from memrl.experiment.report import integer_ticks
 
@@ -213,12 +213,12 @@ def draw_training(frame: Any, title: str) -> Any:
     return fig
 
 
-def save_figure(fig: Any, path: str | Path, dpi: int = 110) -> Path:
+def save_figure(fig: Any, path: str | Path | BinaryIO, dpi: int = 110) -> None:
+    """Writes the figure as a PNG to a path or a binary file, and closes it."""
     import matplotlib.pyplot as plt
 
-    fig.savefig(path, dpi=dpi)
+    fig.savefig(path, dpi=dpi, format="png")
     plt.close(fig)
-    return Path(path)
 
 
 def figure_svg(fig: Any) -> str:
@@ -233,7 +233,7 @@ def figure_svg(fig: Any) -> str:
     return text[text.index("<svg") :]
 
 
-def plot_training_png(rows: list[dict[str, Any]], path: str | Path, title: str) -> bool:
+def plot_training_png(rows: list[dict[str, Any]], path: str | Path | BinaryIO, title: str) -> bool:
     """Writes curve.png from metrics rows; returns False (and writes nothing) with no panels."""
     import pandas as pd
 

@@ -1,27 +1,33 @@
 """`memrl train`: one experiment, from config to checkpoints, metrics and a learning curve.
 
-A run directory (``<run.output_dir>/<name>`` or ``--output``) holds:
+A run directory (``<run.output_dir>/<name>``, ``<run.storage>/<name>`` or ``--output``) holds:
 
 - ``config.yaml``: the fully resolved experiment config (what ``--resume`` reads back);
 - ``metrics.parquet``: one row per iteration (rewritten atomically after each one);
-- ``checkpoints/iter_NNNNNN/``: RLlib checkpoints, written to a temp dir and renamed, so a kill
-  during a save never leaves a half checkpoint that looks complete;
+- ``checkpoints/iter_NNNNNN/``: RLlib checkpoints; one counts only once complete (see RunDir), so
+  a kill during a save never leaves a half checkpoint that looks complete;
 - ``tb/``: TensorBoard event files (and ``wandb/`` or ``mlruns/`` with those loggers in
   ``run.loggers``, see loggers.py); ``curve.png``: the learning curves; ``summary.md``;
 - ``report.html``: the run report (run_report.py), rewritten by ``memrl eval``.
 
-``--resume`` continues from the newest checkpoint: the iteration counter goes on, rows of
-iterations after that checkpoint (whose effects were lost with the kill) are dropped and redone, and
-the restored weights are pushed to every env runner explicitly.
+The run directory may be a URI of any pyarrow filesystem (``s3://``, ``gs://``, ``file://`` on
+shared storage): a later job on another node resumes from there. ``--resume`` continues from the
+newest checkpoint: the iteration counter goes on, rows of iterations after that checkpoint (whose
+effects were lost with the kill) are dropped and redone, and the restored weights are pushed to
+every env runner explicitly.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 import math
 import os
 import shutil
+import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -33,66 +39,227 @@ from memrl.experiment.config import ExperimentConfig, parse_config
 from memrl.experiment.ray_session import ray_session
 from memrl.experiment.replay import REPLAY_ENVS
 from memrl.experiment.run_plots import plot_training_png
-from memrl.experiment.run_report import write_run_report
+from memrl.experiment.run_report import REPORT_NAME, write_run_report
 
 logger = logging.getLogger(__name__)
 
 CHECKPOINT_PREFIX = "iter_"
+CONFIG = "config.yaml"
+METRICS = "metrics.parquet"
+CHECKPOINTS = "checkpoints"
+TB = "tb"
+CURVE = "curve.png"
+SUMMARY = "summary.md"
+# RLlib writes an Algorithm checkpoint's own state file after its components; memrl uploads it
+# last too. A checkpoint directory without it is incomplete (a save or upload cut short).
+STATE_FILE = "algorithm_state.pkl"
+
+
+class RunInterrupted(RuntimeError):
+    """Training cannot go on (an actor it cannot do without was lost); ``--resume`` continues."""
+
+
+def is_uri(location: str | os.PathLike[str]) -> bool:
+    return "://" in str(location)
+
+
+def open_filesystem(location: str | os.PathLike[str]) -> tuple[Any, str]:
+    """The pyarrow filesystem of a run location (a local path or a URI) and the path in it.
+
+    Raises:
+        ValueError: pyarrow does not know the URI's scheme or cannot open it.
+    """
+    import pyarrow.fs as pafs
+
+    if not is_uri(location):
+        return pafs.LocalFileSystem(), Path(location).resolve().as_posix()
+    try:
+        fs, path = pafs.FileSystem.from_uri(str(location))
+    except (ValueError, OSError) as err:  # pyarrow's ArrowInvalid is a ValueError
+        raise ValueError(
+            f"cannot open the run storage {str(location)!r}: {err}. Expected a local path or a "
+            "URI of a pyarrow filesystem (file:///shared/runs, s3://bucket/runs, "
+            "gs://bucket/runs), with that cloud's credentials in the environment."
+        ) from err
+    return fs, path.rstrip("/")
+
+
+def run_location(exp: ExperimentConfig, output: str | os.PathLike[str] | None = None) -> str:
+    """Where a run's files go: ``--output``, else ``<run.storage>/<name>``, else
+    ``<run.output_dir>/<name>``."""
+    if output:
+        return str(output)
+    if exp.run.storage:
+        return f"{exp.run.storage.rstrip('/')}/{exp.name}"
+    return str(exp.run_dir)
+
+
+def local_dir(exp: ExperimentConfig, location: str) -> Path:
+    """The local directory of a run at ``location``: the location itself when it is a path;
+    for a URI, ``<run.output_dir>/<the URI's last part>`` (TensorBoard's files before they are
+    copied, RLlib's logdir, files a method keeps with the run)."""
+    if not is_uri(location):
+        return Path(location)
+    return Path(exp.run.output_dir) / location.rstrip("/").rsplit("/", 1)[-1]
 
 
 class RunDir:
-    """The files of one run, and the rules for writing them safely."""
+    """The files of one run, on any pyarrow filesystem, and the rules for writing them safely.
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = Path(path)
-        self.config = self.path / "config.yaml"
-        self.metrics = self.path / "metrics.parquet"
-        self.checkpoints = self.path / "checkpoints"
-        self.tb = self.path / "tb"
-        self.curve = self.path / "curve.png"
-        self.summary = self.path / "summary.md"
+    ``location`` is a local directory or a URI. Files are replaced atomically (written aside,
+    then moved over). A checkpoint counts once its STATE_FILE is there: on a local path it is
+    written in ``checkpoints/.tmp_iter_N`` and renamed; for a URI it is written to a local temp
+    dir and uploaded with the state file last (object stores cannot rename directories), and
+    read back into a local temp dir to restore. ``local`` (default: the location itself, which
+    must then be a path) holds what only this machine needs: RLlib's logdir and, for a URI, the
+    TensorBoard files until ``sync_tb`` copies them.
+    """
 
-    def checkpoint_dirs(self) -> list[Path]:
-        """Complete checkpoints, oldest first."""
-        if not self.checkpoints.is_dir():
-            return []
-        found = [
-            p
-            for p in self.checkpoints.iterdir()
-            if p.is_dir() and p.name.startswith(CHECKPOINT_PREFIX)
-        ]
-        return sorted(found, key=lambda p: int(p.name[len(CHECKPOINT_PREFIX) :]))
+    def __init__(
+        self, location: str | os.PathLike[str], local: str | os.PathLike[str] | None = None
+    ):
+        self.location = str(location).rstrip("/") or "/"
+        self.staged = is_uri(self.location)
+        if self.staged and local is None:
+            raise ValueError(f"a run at {self.location} needs a local directory as well")
+        self.fs, self.root = open_filesystem(self.location)
+        self.path = Path(local) if local is not None else Path(self.location)
+        self.tb = self.path / TB
 
-    def latest_checkpoint(self) -> Path | None:
-        dirs = self.checkpoint_dirs()
-        return dirs[-1] if dirs else None
+    def at(self, *parts: str) -> str:
+        """The filesystem path of a file of the run."""
+        return "/".join([self.root, *parts])
+
+    def uri(self, *parts: str) -> str:
+        """A file of the run as the user wrote its location (for messages)."""
+        return "/".join([self.location, *parts])
+
+    def exists(self, *parts: str) -> bool:
+        import pyarrow.fs as pafs
+
+        return self.fs.get_file_info(self.at(*parts)).type != pafs.FileType.NotFound
+
+    def read_text(self, name: str) -> str:
+        with self.fs.open_input_stream(self.at(name)) as f:
+            return f.read().decode()
+
+    def write_bytes(self, name: str, data: bytes) -> None:
+        self.fs.create_dir(self.root, recursive=True)
+        tmp = self.at(f".{name}.tmp")
+        with self.fs.open_output_stream(tmp) as f:
+            f.write(data)
+        self.fs.move(tmp, self.at(name))
+
+    def write_text(self, name: str, text: str) -> None:
+        self.write_bytes(name, text.encode())
 
     def read_metrics(self) -> list[dict[str, Any]]:
-        if not self.metrics.is_file():
+        if not self.exists(METRICS):
             return []
-        import pandas as pd
+        import pyarrow.parquet as pq
 
-        return pd.read_parquet(self.metrics).to_dict("records")
+        return pq.read_table(self.at(METRICS), filesystem=self.fs).to_pandas().to_dict("records")
 
     def write_metrics(self, rows: list[dict[str, Any]]) -> None:
+        self.write_rows(METRICS, rows)
+
+    def write_rows(self, name: str, rows: list[dict[str, Any]]) -> None:
+        """Writes rows as a parquet table (replacing the file atomically)."""
         import pandas as pd
 
-        tmp = self.metrics.with_suffix(".parquet.tmp")
-        pd.DataFrame(rows).to_parquet(tmp, index=False)
-        os.replace(tmp, self.metrics)
+        buf = io.BytesIO()
+        pd.DataFrame(rows).to_parquet(buf, index=False)
+        self.write_bytes(name, buf.getvalue())
 
-    def save_checkpoint(self, algo: Any, iteration: int, keep: int) -> Path:
-        self.checkpoints.mkdir(parents=True, exist_ok=True)
-        final = self.checkpoints / f"{CHECKPOINT_PREFIX}{iteration:06d}"
-        tmp = self.checkpoints / f".tmp_{final.name}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        algo.save_to_path(str(tmp.resolve()))
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-        for old in self.checkpoint_dirs()[:-keep]:
-            shutil.rmtree(old, ignore_errors=True)
-        return final
+    def checkpoint_names(self) -> list[str]:
+        """Complete checkpoints, oldest first."""
+        return [n for n in self.checkpoint_dirs() if self.exists(CHECKPOINTS, n, STATE_FILE)]
+
+    def checkpoint_dirs(self) -> list[str]:
+        """Every checkpoint directory, complete or not, oldest first."""
+        import pyarrow.fs as pafs
+
+        selector = pafs.FileSelector(self.at(CHECKPOINTS), allow_not_found=True)
+        names = [
+            info.base_name
+            for info in self.fs.get_file_info(selector)
+            if info.type == pafs.FileType.Directory
+            and info.base_name.startswith(CHECKPOINT_PREFIX)
+            and info.base_name[len(CHECKPOINT_PREFIX) :].isdigit()
+        ]
+        return sorted(names, key=checkpoint_iteration)
+
+    def latest_checkpoint(self) -> str | None:
+        names = self.checkpoint_names()
+        return names[-1] if names else None
+
+    def save_checkpoint(self, algo: Any, iteration: int, keep: int) -> str:
+        """Saves the algorithm as ``checkpoints/iter_NNNNNN``; keeps the newest ``keep``."""
+        name = f"{CHECKPOINT_PREFIX}{iteration:06d}"
+        final = self.at(CHECKPOINTS, name)
+        if self.staged:
+            with tempfile.TemporaryDirectory(prefix="memrl-ckpt-") as tmp:
+                algo.save_to_path(tmp)
+                if self.exists(CHECKPOINTS, name):  # a partial upload of an earlier attempt
+                    self.fs.delete_dir(final)
+                self._upload(Path(tmp), final)
+        else:
+            local = Path(self.root) / CHECKPOINTS
+            local.mkdir(parents=True, exist_ok=True)
+            tmp = local / f".tmp_{name}"
+            shutil.rmtree(tmp, ignore_errors=True)
+            algo.save_to_path(str(tmp))
+            shutil.rmtree(final, ignore_errors=True)
+            os.replace(tmp, final)
+        complete = self.checkpoint_names()
+        newest = checkpoint_iteration(complete[-1]) if complete else iteration
+        for old in self.checkpoint_dirs():
+            # Older than the ones kept, or an incomplete one left behind by a kill.
+            if old in complete[:-keep] or (
+                old not in complete and checkpoint_iteration(old) < newest
+            ):
+                self.fs.delete_dir(self.at(CHECKPOINTS, old))
+        return name
+
+    def _upload(self, src: Path, dest: str) -> None:
+        import pyarrow.fs as pafs
+
+        local = pafs.LocalFileSystem()
+        files = sorted(p for p in src.rglob("*") if p.is_file())
+        files.sort(key=lambda p: p.relative_to(src).as_posix() == STATE_FILE)  # the state last
+        for f in files:
+            target = f"{dest}/{f.relative_to(src).as_posix()}"
+            self.fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
+            pafs.copy_files(
+                f.as_posix(), target, source_filesystem=local, destination_filesystem=self.fs
+            )
+
+    @contextlib.contextmanager
+    def local_checkpoint(self, name: str) -> Iterator[Path]:
+        """The checkpoint as a local directory (a URI run's is downloaded for the block)."""
+        if not self.staged:
+            yield Path(self.root) / CHECKPOINTS / name
+            return
+        import pyarrow.fs as pafs
+
+        with tempfile.TemporaryDirectory(prefix="memrl-ckpt-") as tmp:
+            pafs.copy_files(
+                self.at(CHECKPOINTS, name),
+                tmp,
+                source_filesystem=self.fs,
+                destination_filesystem=pafs.LocalFileSystem(),
+            )
+            yield Path(tmp)
+
+    def sync_tb(self) -> None:
+        """Copies a URI run's local TensorBoard files to its location (no-op for a path)."""
+        if self.staged and self.tb.is_dir():
+            self._upload(self.tb, self.at(TB))
+
+
+def checkpoint_iteration(name: str) -> int:
+    """The iteration of a checkpoint directory name (``iter_000012`` -> 12)."""
+    return int(name[len(CHECKPOINT_PREFIX) :])
 
 
 def flatten(result: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -197,6 +364,29 @@ def progress_line(row: dict[str, Any], stop_iters: int, steps_per_s: float) -> s
     return " | ".join(parts)
 
 
+def _write_report(run: RunDir) -> str:
+    """Writes the run's report.html; for a run on a URI, from a local copy of what it reads."""
+    if not run.staged:
+        return str(write_run_report(run.path))
+    import pyarrow.fs as pafs
+
+    with tempfile.TemporaryDirectory(prefix="memrl-report-") as tmp:
+        for name in (CONFIG, METRICS, "eval"):
+            if run.exists(name):
+                info = run.fs.get_file_info(run.at(name))
+                dest = Path(tmp) / name
+                if info.type == pafs.FileType.Directory:
+                    dest.mkdir()
+                pafs.copy_files(
+                    run.at(name),
+                    str(dest),
+                    source_filesystem=run.fs,
+                    destination_filesystem=pafs.LocalFileSystem(),
+                )
+        run.write_bytes(REPORT_NAME, write_run_report(tmp).read_bytes())
+    return run.uri(REPORT_NAME)
+
+
 def summary_table(rows: list[dict[str, Any]], run_dir: RunDir, wall_s: float) -> str:
     from memrl.experiment.report import format_table
 
@@ -270,20 +460,24 @@ def train(
 ) -> RunDir:
     """Trains an experiment to its stop criteria; returns its run directory.
 
+    ``run_dir``: where the run goes (a path or a URI; default: see ``run_location``).
+
     Raises:
         ValueError: bad config or resources, an existing run without --resume, or --resume with
             nothing to resume.
+        RunInterrupted: an actor training cannot do without (a learner) was lost.
     """
-    run = RunDir(run_dir or exp.run_dir)
+    location = run_location(exp, run_dir)
+    run = RunDir(location, local_dir(exp, location))
     rows: list[dict[str, Any]] = []
     checkpoint = None
     if resume:
-        if not run.config.is_file():
+        if not run.exists(CONFIG):
             raise ValueError(
-                f"--resume: {run.path} has no config.yaml; nothing to resume. "
+                f"--resume: {run.location} has no {CONFIG}; nothing to resume. "
                 "Drop --resume to start a new run."
             )
-        saved = parse_config(yaml.safe_load(run.config.read_text()))
+        saved = parse_config(yaml.safe_load(run.read_text(CONFIG)))
         exp = replace(
             saved,
             run=replace(
@@ -295,20 +489,23 @@ def train(
         )
         checkpoint = run.latest_checkpoint()
         if checkpoint is not None:
-            done = int(checkpoint.name[len(CHECKPOINT_PREFIX) :])
+            done = checkpoint_iteration(checkpoint)
             rows = [r for r in run.read_metrics() if r["training_iteration"] <= done]
-    elif run.metrics.exists() or run.latest_checkpoint() is not None:
+    elif run.exists(METRICS) or run.checkpoint_dirs():
         raise ValueError(
-            f"{run.path} already holds a run. Use --resume to continue it, or "
+            f"{run.location} already holds a run. Use --resume to continue it, or "
             "another --output (or name) for a new one."
         )
     validate_env(exp)
-    run.path.mkdir(parents=True, exist_ok=True)
-    run.config.write_text(yaml.safe_dump(exp.to_dict(), sort_keys=False))
+    run.write_text(CONFIG, yaml.safe_dump(exp.to_dict(), sort_keys=False))
+
+    from ray.exceptions import RayActorError
 
     from memrl.experiment.loggers import RunLoggers
 
     start_wall = time.time()
+    # Mistakes in the config surface here, before Ray starts.
+    algo_config = build_algorithm_config(exp.located(run.path))
     with ray_session(address, dashboard=dashboard) as info:
         check_resources(
             exp,
@@ -316,12 +513,15 @@ def train(
             info.gpus,
             where="this machine's Ray" if info.embedded else "the cluster",
         )
-        algo_config = build_algorithm_config(exp.located(run.path))
         algo = build_algo(algo_config, run.path / "rllib")
         try:
             if checkpoint is not None:
-                echo(f"resuming from {checkpoint} (iteration {algo_iteration(checkpoint)})")
-                restore_checkpoint(algo, checkpoint)
+                echo(
+                    f"resuming from {run.uri(CHECKPOINTS, checkpoint)} "
+                    f"(iteration {checkpoint_iteration(checkpoint)})"
+                )
+                with run.local_checkpoint(checkpoint) as path:
+                    restore_checkpoint(algo, path)
             run.write_metrics(rows)
             loggers = RunLoggers(
                 exp.run.loggers, run.path, exp.name, exp.to_dict(), first_iteration=algo.iteration
@@ -329,7 +529,10 @@ def train(
             last_saved = algo.iteration
             while not _should_stop(exp, algo.iteration, rows):
                 t0 = time.time()
-                result = algo.train()
+                try:
+                    result = algo.train()
+                except RayActorError as err:
+                    raise RunInterrupted(_lost_actor_message(err, algo, run, last_saved)) from err
                 row = metrics_row(result, algo)
                 steps_before = rows[-1]["env_steps_sampled"] if rows else 0
                 rows.append(row)
@@ -339,29 +542,46 @@ def train(
                 echo(progress_line(row, exp.run.stop_iters, rate))
                 if algo.iteration % exp.run.checkpoint_every == 0:
                     run.save_checkpoint(algo, algo.iteration, exp.run.keep_checkpoints)
+                    run.sync_tb()
                     last_saved = algo.iteration
             if algo.iteration != last_saved:
                 run.save_checkpoint(algo, algo.iteration, exp.run.keep_checkpoints)
             loggers.close()
+            run.sync_tb()
         finally:
             algo.stop()
     if rows:
-        plot_training_png(rows, run.curve, exp.name)
+        png = io.BytesIO()
+        if plot_training_png(rows, png, exp.name):
+            run.write_bytes(CURVE, png.getvalue())
         table = summary_table(rows, run, time.time() - start_wall)
-        run.summary.write_text(f"# {exp.name}\n\n{table}\n")
+        run.write_text(SUMMARY, f"# {exp.name}\n\n{table}\n")
         echo("\n" + table)
-    report = write_run_report(run.path)
+    report = _write_report(run)
     echo(
-        f"\nrun directory: {run.path}\n  config.yaml, metrics.parquet, checkpoints/, tb/, "
-        f"curve.png, summary.md, report.html\nreport: {report} (open it in a browser; "
-        f"`memrl eval {run.path}` adds an evaluation"
+        f"\nrun directory: {run.location}\n  {CONFIG}, {METRICS}, {CHECKPOINTS}/, {TB}/, "
+        f"{CURVE}, {SUMMARY}, {REPORT_NAME}\nreport: {report} (open it in a browser; "
+        f"`memrl eval {run.location}` adds an evaluation"
         + (" with replays of its trials)" if exp.env.id in REPLAY_ENVS else ")")
     )
     return run
 
 
-def algo_iteration(checkpoint: Path) -> int:
-    return int(checkpoint.name[len(CHECKPOINT_PREFIX) :])
+def _lost_actor_message(err: Exception, algo: Any, run: RunDir, last_saved: int) -> str:
+    """What a user needs when training stops because an actor died with its node."""
+    cause = (str(err).strip().splitlines() or [""])[0]
+    cause = cause if len(cause) <= 160 else cause[:157] + "..."
+    resume = (
+        f"checkpoints up to iteration {last_saved} are in {run.uri(CHECKPOINTS)}; continue "
+        f"with: memrl train CONFIG --output {run.location} --resume"
+        if last_saved
+        else "no checkpoint was written yet; start the run again"
+    )
+    return (
+        f"training stopped in iteration {algo.iteration + 1}: an actor it cannot do without "
+        f"(a learner) was lost, as when its node dies ({type(err).__name__}: {cause}). "
+        f"{resume}, once the cluster offers the learners' resources again."
+    )
 
 
 MODULE_COMPONENT = "learner_group/learner/rl_module"
@@ -376,7 +596,7 @@ def restore_checkpoint(algo: Any, checkpoint: Path, *, acting_only: bool = False
     checkpoint written by an older memrl, whose layers were laid out differently) falls back to
     that, with a warning: training goes on from the saved weights with fresh optimizer moments.
     """
-    path = checkpoint.resolve()
+    path = Path(checkpoint).resolve()
     if not acting_only:
         try:
             algo.restore_from_path(str(path))

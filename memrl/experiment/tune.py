@@ -21,11 +21,14 @@ algorithm, DreamerV3 among them, which fails without PIL) and reports memrl's me
 iteration. Each trial reserves its algorithm's own placement group (driver, env runners, learners),
 so env runners and learners of a trial land where its ``resources:`` section says.
 
-The sweep directory (``--output``, default ``<run.output_dir>/<name>-tune``) is Tune's experiment
-directory (one folder per trial, checkpoints, experiment state) plus ``sweep.yaml`` (the resolved
-config), ``trials.parquet`` (one row per trial) and ``summary.md``. ``--resume`` continues an
-interrupted sweep from that state: finished trials stay finished, unfinished ones continue from
-their newest checkpoint, errored ones are retried.
+The sweep directory (``--output``, default ``<run.storage or run.output_dir>/<name>-tune``) is
+Tune's experiment directory (one folder per trial, checkpoints, experiment state) plus
+``sweep.yaml`` (the resolved config), ``trials.parquet`` (one row per trial) and ``summary.md``.
+On a cluster it must be storage every node reaches (a shared directory, or a URI such as
+``s3://bucket/sweeps/x``): trials on worker nodes write their checkpoints there. A trial whose
+node dies is restarted from its newest checkpoint up to ``tune.max_failures`` times
+(``FailureConfig``). ``--resume`` continues an interrupted sweep from that state: finished trials
+stay finished, unfinished ones continue from their newest checkpoint, errored ones are retried.
 """
 
 from __future__ import annotations
@@ -40,7 +43,14 @@ from typing import Any
 
 import yaml
 
-from memrl.experiment.config import ExperimentConfig, apply_overrides, load_yaml, parse_config
+from memrl.experiment.config import (
+    ExperimentConfig,
+    apply_overrides,
+    load_yaml,
+    parse_config,
+    parse_yaml,
+)
+from memrl.experiment.train import RunDir, is_uri, local_dir
 from memrl.experiment.tune_space import (
     PBTSettings,
     TuneSettings,
@@ -139,8 +149,20 @@ def make_trainable(base: dict[str, Any], sweep_dir: str | os.PathLike[str]) -> A
     )
 
 
-def sweep_dir_for(exp: ExperimentConfig, output: str | None) -> Path:
-    return Path(output) if output else Path(exp.run.output_dir) / f"{exp.name}-tune"
+def sweep_dir_for(exp: ExperimentConfig, output: str | None) -> str:
+    """``--output``, else ``<run.storage or run.output_dir>/<name>-tune``."""
+    if output:
+        return _absolute(output)
+    return f"{_absolute(exp.run.storage or exp.run.output_dir).rstrip('/')}/{exp.name}-tune"
+
+
+def _absolute(location: str | os.PathLike[str]) -> str:
+    return str(location) if is_uri(location) else Path(location).resolve().as_posix()
+
+
+def sweep_files(exp: ExperimentConfig, location: str) -> RunDir:
+    """The sweep's own files (sweep.yaml, trials.parquet, summary.md) at ``location``."""
+    return RunDir(location, local_dir(exp, location))
 
 
 def run_sweep(
@@ -165,37 +187,39 @@ def run_sweep(
     from memrl.experiment.build import check_resources, validate_env
     from memrl.experiment.ray_session import ray_session
 
-    out = Path(sweep_dir).resolve()
-    saved = out / SWEEP_CONFIG
+    base_exp = parse_config({k: v for k, v in base.items() if k != "tune"})
+    location = _absolute(sweep_dir)
+    files = sweep_files(base_exp, location)
     if resume:
-        if not saved.is_file():
+        if not files.exists(SWEEP_CONFIG):
             raise ValueError(
-                f"--resume: {out} holds no sweep ({SWEEP_CONFIG} is missing). Drop --resume to "
-                "start one."
+                f"--resume: {location} holds no sweep ({SWEEP_CONFIG} is missing). Drop --resume "
+                "to start one."
             )
-        base = load_yaml(saved)
-    elif saved.exists():
+        base = parse_yaml(files.read_text(SWEEP_CONFIG))
+    elif files.exists(SWEEP_CONFIG):
         raise ValueError(
-            f"{out} already holds a sweep. Use --resume to continue it, or another --output."
+            f"{location} already holds a sweep. Use --resume to continue it, or another --output."
         )
     settings = parse_tune_settings(base.get("tune"))
     check_search_space(base, settings)
     first = trial_experiment(base, _first_params(settings))
     validate_env(first)
     scheduler = settings.scheduler.make(settings, first)
+    # Files a method keeps with a run (a tiny model) go to a local directory shared by trials.
+    local = str(files.path.resolve())
     with ray_session(address) as info:
         if info.embedded:
             check_resources(first, info.cpus, info.gpus, where="this machine's Ray")
-            _check_trial_fits(base, settings, info.cpus, info.gpus, out)
+            _check_trial_fits(base, settings, info.cpus, info.gpus, local)
         # Written once the sweep can start, so a refused start leaves no "sweep" behind.
-        out.mkdir(parents=True, exist_ok=True)
         if not resume:
-            saved.write_text(yaml.safe_dump(base, sort_keys=False))
-        trainable = make_trainable(base, out)
-        if resume and tune.Tuner.can_restore(str(out)):
-            echo(f"resuming the sweep in {out}")
+            files.write_text(SWEEP_CONFIG, yaml.safe_dump(base, sort_keys=False))
+        trainable = make_trainable(base, local)
+        if resume and tune.Tuner.can_restore(location):
+            echo(f"resuming the sweep in {location}")
             tuner = tune.Tuner.restore(
-                str(out), trainable=trainable, resume_unfinished=True, resume_errored=True
+                location, trainable=trainable, resume_unfinished=True, resume_errored=True
             )
         else:
             tuner = tune.Tuner(
@@ -208,13 +232,11 @@ def run_sweep(
                     max_concurrent_trials=settings.max_concurrent_trials or None,
                     scheduler=scheduler,
                 ),
-                run_config=_run_config(settings, first, out),
+                run_config=_run_config(settings, first, location),
             )
         grid = tuner.fit()
         rows, finished = trials_table(grid, settings)
-    import pandas as pd
-
-    pd.DataFrame(rows).to_parquet(out / TRIALS_TABLE, index=False)
+    files.write_rows(TRIALS_TABLE, rows)
     return rows, finished
 
 
@@ -225,9 +247,10 @@ def run_tune(args: argparse.Namespace) -> int:
     exp = parse_config({k: v for k, v in base.items() if k != "tune"})
     out = sweep_dir_for(exp, args.output)
     rows, finished = run_sweep(base, out, resume=args.resume, address=args.address)
-    settings = parse_tune_settings(load_yaml(out / SWEEP_CONFIG).get("tune"))
+    files = sweep_files(exp, out)
+    settings = parse_tune_settings(parse_yaml(files.read_text(SWEEP_CONFIG)).get("tune"))
     text = summary_text(rows, settings, finished, out)
-    (out / SUMMARY).write_text(f"# Sweep {exp.name}\n\n{text}\n")
+    files.write_text(SUMMARY, f"# Sweep {exp.name}\n\n{text}\n")
     print("\n" + text)
     print(
         f"\nsweep directory: {out}\n  {TRIALS_TABLE}, {SUMMARY}, {SWEEP_CONFIG}, one dir per trial"
@@ -280,7 +303,7 @@ def trials_table(grid: Any, settings: TuneSettings) -> tuple[list[dict[str, Any]
 
 
 def summary_text(
-    rows: list[dict[str, Any]], settings: TuneSettings, finished: bool, out: Path
+    rows: list[dict[str, Any]], settings: TuneSettings, finished: bool, out: str
 ) -> str:
     from memrl.experiment.report import format_table
 
@@ -310,7 +333,7 @@ def summary_text(
     return "\n".join(lines)
 
 
-def _run_config(settings: TuneSettings, exp: ExperimentConfig, out: Path) -> Any:
+def _run_config(settings: TuneSettings, exp: ExperimentConfig, out: str) -> Any:
     from ray import tune
 
     from memrl.experiment.loggers import ray_logger_callbacks
@@ -336,8 +359,8 @@ def _run_config(settings: TuneSettings, exp: ExperimentConfig, out: Path) -> Any
             else exp.run.checkpoint_every
         )
     return tune.RunConfig(
-        name=out.name,
-        storage_path=str(out.parent),
+        name=out.rsplit("/", 1)[1],
+        storage_path=out.rsplit("/", 1)[0],
         stop=stop,
         checkpoint_config=tune.CheckpointConfig(
             num_to_keep=settings.keep_checkpoints,
@@ -351,9 +374,9 @@ def _run_config(settings: TuneSettings, exp: ExperimentConfig, out: Path) -> Any
 
 
 def _check_trial_fits(
-    base: dict[str, Any], settings: TuneSettings, cpus: float, gpus: float, out: Path
+    base: dict[str, Any], settings: TuneSettings, cpus: float, gpus: float, local: str
 ) -> None:
-    bundles = trial_resources(base, _first_params(settings), str(out)).bundles
+    bundles = trial_resources(base, _first_params(settings), local).bundles
     need_cpu = sum(b.get("CPU", 0.0) for b in bundles)
     need_gpu = sum(b.get("GPU", 0.0) for b in bundles)
     if need_cpu > cpus + 1e-9 or need_gpu > gpus + 1e-9:

@@ -1,10 +1,13 @@
 """The cluster templates in clusters/ validate against the schemas their tools use.
 
-- Ray cluster-launcher YAMLs against ``ray/autoscaler/ray-schema.json`` of the installed ray;
+- Ray cluster-launcher YAMLs against ``ray/autoscaler/ray-schema.json`` of the installed ray (and
+  local.yaml, used as it is by the autoscaler, against Ray's full config check);
 - KubeRay manifests against the v1 ``openAPIV3Schema`` of the RayCluster / RayJob CRDs (copied in
   tests/clusters/data/), with unknown fields rejected as ``kubectl apply --validate=strict`` does;
-- and what the issue asks of them: the node types / worker groups, the pinned Ray version, memrl
-  installed by the setup, habitat-sim from conda, token auth, comments, no secrets.
+- every template against the one list of node types (clusters/node_types.yaml): the same types,
+  the same custom resources, GPUs where the list says;
+- and what users need of them: the pinned Ray version, memrl installed by the setup, habitat-sim
+  from conda, Chrome on browser nodes, token auth, comments, no secrets.
 """
 
 from __future__ import annotations
@@ -24,7 +27,9 @@ from memrl_testing import REPO
 
 CLUSTERS = REPO / "clusters"
 DATA = Path(__file__).parent / "data"
-LAUNCHER_FILES = sorted(CLUSTERS.glob("*.yaml"))
+CLOUD_FILES = [CLUSTERS / "aws.yaml", CLUSTERS / "gcp.yaml"]
+LAUNCHER_FILES = [*CLOUD_FILES, CLUSTERS / "local.yaml"]
+NODE_TYPES = CLUSTERS / "node_types.yaml"
 KUBERAY_FILES = sorted((CLUSTERS / "kuberay").glob("*.yaml"))
 CRDS = {"RayCluster": "ray.io_rayclusters.crd.yaml", "RayJob": "ray.io_rayjobs.crd.yaml"}
 Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -86,7 +91,12 @@ def launcher_errors(config: dict[str, Any]) -> list[str]:
 
 
 def test_the_templates_exist():
-    assert [p.name for p in LAUNCHER_FILES] == ["aws.yaml", "gcp.yaml"]
+    assert sorted(p.name for p in CLUSTERS.glob("*.yaml")) == [
+        "aws.yaml",
+        "gcp.yaml",
+        "local.yaml",
+        "node_types.yaml",
+    ]
     assert [p.name for p in KUBERAY_FILES] == ["raycluster.yaml", "rayjob.yaml"]
 
 
@@ -94,10 +104,95 @@ def test_the_templates_exist():
 def test_launcher_yaml_matches_rays_schema(path):
     config = load(path)
     assert launcher_errors(config) == []
-    assert config["provider"]["type"] == path.stem
+    assert config["provider"]["type"] == {"local": "fake_multinode"}.get(path.stem, path.stem)
+
+
+def test_local_yaml_is_a_complete_autoscaler_config():
+    """`ray start --autoscaling-config` uses the file as it is (no defaults filled in)."""
+    from ray.autoscaler._private.util import validate_config
+
+    validate_config(load(CLUSTERS / "local.yaml"))
+    broken = load(CLUSTERS / "local.yaml")
+    broken["head_node_type"] = "head"  # the cloud templates' name: the fake provider's differs
+    with pytest.raises(ValueError, match="head_node_type"):
+        validate_config(broken)
+
+
+def node_types() -> dict[str, Any]:
+    return load(NODE_TYPES)
+
+
+def _custom(resources: dict[str, Any]) -> list[str]:
+    standard = {"CPU", "GPU", "memory", "object_store_memory"}
+    return sorted(k for k in resources if k not in standard)
+
+
+def launcher_type_errors(config: dict[str, Any], *, local: bool) -> list[str]:
+    """How a launcher config's node types differ from clusters/node_types.yaml."""
+    listed = node_types()
+    head = listed["head"]["local_name" if local else "name"]
+    types = config["available_node_types"]
+    errors = []
+    if config["head_node_type"] != head:
+        errors.append(f"head_node_type is {config['head_node_type']!r}, expected {head!r}")
+    if sorted(types) != sorted([head, *listed["workers"]]):
+        errors.append(f"node types {sorted(types)} != {sorted([head, *listed['workers']])}")
+    for name, spec in listed["workers"].items():
+        resources = types.get(name, {}).get("resources", {})
+        if _custom(resources) != sorted(spec["resources"]):
+            errors.append(f"{name}: custom resources {_custom(resources)} != {spec['resources']}")
+        if (resources.get("GPU", 0) >= 1) != (spec["gpu"] and not local):
+            errors.append(f"{name}: GPU {resources.get('GPU', 0)}, listed gpu={spec['gpu']}")
+    return errors
+
+
+def kuberay_group_errors(manifest: dict[str, Any]) -> list[str]:
+    listed = node_types()["workers"]
+    groups = {g["groupName"]: g for g in _cluster_spec(manifest)["workerGroupSpecs"]}
+    expected = {name.replace("_", "-"): spec for name, spec in listed.items()}
+    errors = []
+    if sorted(groups) != sorted(expected):
+        errors.append(f"worker groups {sorted(groups)} != {sorted(expected)}")
+    for name, spec in expected.items():
+        group = groups.get(name, {})
+        if sorted(group.get("resources", {})) != sorted(spec["resources"]):
+            errors.append(f"{name}: resources {group.get('resources')} != {spec['resources']}")
+        container = group.get("template", {}).get("spec", {}).get("containers", [{}])[0]
+        has_gpu = "nvidia.com/gpu" in container.get("resources", {}).get("limits", {})
+        ray_gpus = group.get("rayStartParams", {}).get("num-gpus", "1" if has_gpu else "0")
+        if (ray_gpus != "0") != spec["gpu"]:
+            errors.append(f"{name}: Ray sees GPUs {ray_gpus}, listed gpu={spec['gpu']}")
+    return errors
 
 
 @pytest.mark.parametrize("path", LAUNCHER_FILES, ids=lambda p: p.name)
+def test_launcher_node_types_follow_the_one_list(path):
+    assert launcher_type_errors(load(path), local=path.stem == "local") == []
+
+
+@pytest.mark.parametrize("path", KUBERAY_FILES, ids=lambda p: p.name)
+def test_kuberay_worker_groups_follow_the_one_list(path):
+    assert kuberay_group_errors(load(path)) == []
+
+
+def test_a_drifted_template_is_caught():
+    aws = load(CLUSTERS / "aws.yaml")
+    aws["available_node_types"]["browser_nodes"] = aws["available_node_types"].pop(
+        "browser_env_runner"
+    )
+    assert any("node types" in e for e in launcher_type_errors(aws, local=False))
+    local = load(CLUSTERS / "local.yaml")
+    local["available_node_types"]["browser_env_runner"]["resources"]["chrome"] = 2
+    assert any("browser_env_runner" in e for e in launcher_type_errors(local, local=True))
+    local = load(CLUSTERS / "local.yaml")
+    local["available_node_types"]["gpu_learner"]["resources"]["GPU"] = 1  # none on one machine
+    assert any("gpu_learner: GPU" in e for e in launcher_type_errors(local, local=True))
+    job = load(CLUSTERS / "kuberay" / "rayjob.yaml")
+    job["spec"]["rayClusterSpec"]["workerGroupSpecs"][2]["resources"] = {"browsers": "4"}
+    assert any("browser-env-runner" in e for e in kuberay_group_errors(job))
+
+
+@pytest.mark.parametrize("path", CLOUD_FILES, ids=lambda p: p.name)
 def test_launcher_node_types_and_setup(path):
     config = load(path)
     types = config["available_node_types"]
@@ -127,6 +222,10 @@ def test_launcher_node_types_and_setup(path):
     habitat_setup = " ".join(habitat["worker_setup_commands"])
     assert "conda create -n habitat" in habitat_setup and "habitat-sim=" in habitat_setup
     assert "MEMRL_HABITAT_PYTHON" in habitat_setup
+    # Browser nodes install Chrome with the script shipped in the checkout.
+    browser_setup = types["browser_env_runner"]["worker_setup_commands"]
+    assert "bash ~/memrl/clusters/install_browser.sh" in browser_setup
+    assert (CLUSTERS / "install_browser.sh").is_file()
     # Token auth on every node, with the token file shipped by path.
     for commands in (config["head_start_ray_commands"], config["worker_start_ray_commands"]):
         assert any("RAY_AUTH_MODE=token" in c for c in commands), commands
@@ -155,7 +254,6 @@ def test_kuberay_cluster_and_job_share_groups_auth_and_version():
         assert spec["rayVersion"] == ray.__version__
         assert spec["authOptions"] == {"mode": "token"}
         groups = {g["groupName"]: g for g in spec["workerGroupSpecs"]}
-        assert sorted(groups) == ["cpu-env-runner", "gpu-learner", "habitat-env-runner"]
         for g in groups.values():
             assert 0 <= g["minReplicas"] <= g["maxReplicas"]
         gpu_limits = groups["gpu-learner"]["template"]["spec"]["containers"][0]["resources"]
@@ -193,7 +291,9 @@ def test_launcher_schema_catches_a_misspelled_key():
 TOP_KEY = re.compile(r"^(\w[\w.-]*):")
 
 
-@pytest.mark.parametrize("path", LAUNCHER_FILES + KUBERAY_FILES, ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path", [*LAUNCHER_FILES, NODE_TYPES, *KUBERAY_FILES], ids=lambda p: p.name
+)
 def test_top_level_and_node_type_keys_are_commented(path):
     lines = path.read_text().splitlines()
     node_type = re.compile(r"^ {2}(\w[\w.-]*):\s*$")

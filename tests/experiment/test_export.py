@@ -14,6 +14,7 @@ import yaml
 from memrl_testing import memrl_cli
 
 from memrl.experiment.export import MODULE_DIR, export_checkpoint
+from memrl.experiment.train import STATE_FILE
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "checkpoints"
 
@@ -107,6 +108,8 @@ def llm_run(tmp_path_factory):
     run = root / "run"
     ckpt = run / "checkpoints" / "iter_000001"
     module.save_to_path(str(ckpt / MODULE_DIR))
+    # A checkpoint counts once the algorithm's state file is there (export reads only the module).
+    (ckpt / STATE_FILE).write_bytes(b"")
     (run / "config.yaml").write_text(yaml.safe_dump({"name": "run", "model": {"type": "llm"}}))
     ids = torch.tensor([tok("Paris is the capital")["input_ids"]])
     with torch.no_grad():

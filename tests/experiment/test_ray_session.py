@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -90,3 +91,13 @@ def test_a_failing_block_keeps_ray_logs(tmp_path, monkeypatch):
             raise RuntimeError("boom")
     assert Path(temp_dir).is_dir()  # kept for the post-mortem
     assert list(Path(tmp_path).iterdir()) == []  # nothing in the home dir
+    shutil.rmtree(temp_dir)
+
+
+@pytest.mark.parametrize("error", [ValueError, TypeError, FileNotFoundError])
+def test_a_mistake_in_the_input_leaves_no_ray_logs_behind(error):
+    with pytest.raises(error, match="bad input"):
+        with ray_session(None, num_cpus=1) as info:
+            temp_dir = info.temp_dir
+            raise error("bad input")
+    assert not Path(temp_dir).exists()

@@ -149,7 +149,10 @@ def test_memrl_eval_writes_replays_of_its_own_trials(tmp_path):
 
     run = tmp_path / "mlp"
     shutil.copytree(FIXTURES / "mlp_v0_1", run)
+    with pytest.raises(ValueError, match="--episodes must be >= 1, got 0"):
+        evaluate_checkpoint(run, episodes=0, echo=lambda *_: None)
     result = evaluate_checkpoint(run, episodes=4, replays=2, echo=lambda *_: None)
+    assert not (run / "rllib").exists()  # an evaluation leaves no RLlib log dir in the run
     folder = run / "eval"
     ckpt = Path(result["checkpoint"]).name
     assert json.loads((folder / f"{ckpt}.json").read_text())["returns"] == result["returns"]

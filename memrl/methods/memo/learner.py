@@ -246,7 +246,8 @@ def row_minibatches(
         count = max(1, math.ceil(steps.sum() / max(minibatch_size, 1)))
         count = min(count, len(steps))
         if same_count:
-            shared = torch.tensor([count], dtype=torch.long)
+            # On the batch's device: NCCL (GPU learners) reduces CUDA tensors only.
+            shared = torch.tensor([count], dtype=torch.long, device=data[Columns.LOSS_MASK].device)
             dist.all_reduce(shared, op=dist.ReduceOp.MIN)
             count = int(shared)
         for _ in range(num_epochs):

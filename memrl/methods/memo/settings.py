@@ -5,7 +5,8 @@
 - the env-runner side: the env-to-module connector that adds each row's trial step
   (connectors.py) and a lookback horizon of one whole trial;
 - the learner side: the connector that builds whole-trial rows with GAE (batch.py) and the PPO
-  learner that packs whole rows into minibatches (learner.py).
+  learner that packs whole rows into minibatches (learner.py), data-parallel (DDP) across
+  ``num_learners`` learners.
 FCT, RMT and streaming variants are modes of the same network (``mode``, ``fct_window``,
 ``max_summaries``).
 """
@@ -200,3 +201,13 @@ class MemoModelSettings:
             add_default_connectors_to_learner_pipeline=False,
         )
         algo_config.learners(learner_class=MemoPPOLearner)
+        if exp.resources.num_learners > 1:
+            # DDP waits for a gradient of every parameter unless told some may have none.
+            algo_config.framework(
+                torch_ddp_kwargs={"find_unused_parameters": self.leaves_parameters_unused()}
+            )
+
+    def leaves_parameters_unused(self) -> bool:
+        """Whether a loss pass can leave parameters without a gradient: fct never reads the
+        summary slots; layer drop skips whole layers."""
+        return self.mode == "fct" or self.layer_drop > 0

@@ -1,0 +1,118 @@
+"""Run directories on pyarrow filesystems: a local path and a file:// URI (standing for shared or
+cloud storage, which takes the same upload path as s3:// or gs://)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from memrl_testing import TINY
+
+from memrl.experiment.config import parse_config
+from memrl.experiment.train import (
+    STATE_FILE,
+    RunDir,
+    local_dir,
+    open_filesystem,
+    run_location,
+)
+
+
+class Saver:
+    """What RunDir needs of an Algorithm: ``save_to_path`` writing RLlib's checkpoint layout
+    (components first, the state file last)."""
+
+    def __init__(self, tag: str) -> None:
+        self.tag = tag
+
+    def save_to_path(self, path: str) -> None:
+        root = Path(path)
+        (root / "learner_group" / "learner").mkdir(parents=True, exist_ok=True)
+        (root / "learner_group" / "learner" / "weights.bin").write_text(self.tag)
+        (root / "metadata.json").write_text("{}")
+        (root / STATE_FILE).write_text(self.tag)
+
+
+def _locations(tmp_path: Path) -> list[tuple[str, Path]]:
+    return [
+        (str(tmp_path / "plain" / "run"), tmp_path / "plain" / "run"),
+        ((tmp_path / "shared" / "run").as_uri(), tmp_path / "shared" / "run"),
+    ]
+
+
+@pytest.mark.parametrize("kind", ["path", "file-uri"])
+def test_files_and_checkpoints_round_trip(tmp_path, kind):
+    location, on_disk = _locations(tmp_path)[kind == "file-uri"]
+    run = RunDir(location, tmp_path / "local")
+    assert run.staged == (kind == "file-uri")
+    run.write_text("config.yaml", "name: x\n")
+    rows = [{"training_iteration": i, "episode_return_mean": 0.5 * i} for i in (1, 2)]
+    run.write_metrics(rows)
+    assert run.read_text("config.yaml") == "name: x\n" and run.read_metrics() == rows
+    assert (on_disk / "config.yaml").is_file() and (on_disk / "metrics.parquet").is_file()
+    for it in (2, 4, 6):
+        run.save_checkpoint(Saver(f"w{it}"), it, keep=2)
+    assert run.checkpoint_names() == ["iter_000004", "iter_000006"]  # keep=2 pruned iter 2
+    assert sorted(p.name for p in (on_disk / "checkpoints").iterdir()) == run.checkpoint_names()
+    with run.local_checkpoint(run.latest_checkpoint()) as ckpt:
+        assert (ckpt / "learner_group" / "learner" / "weights.bin").read_text() == "w6"
+        assert (ckpt / STATE_FILE).is_file()
+    # Nothing but the local dir's own files (none yet) lands outside the location.
+    assert not (tmp_path / "local").exists() or not any((tmp_path / "local").iterdir())
+
+
+def test_an_upload_cut_short_is_not_a_checkpoint_and_is_cleaned_up(tmp_path, monkeypatch):
+    run = RunDir((tmp_path / "shared" / "run").as_uri(), tmp_path / "local")
+    run.save_checkpoint(Saver("w2"), 2, keep=3)
+    import pyarrow.fs as pafs
+
+    copied: list[str] = []
+    original = pafs.copy_files
+
+    def copy_then_fail(src, dest, **kw):
+        if copied:  # the machine goes away after the first file of the upload
+            raise OSError("connection reset")
+        copied.append(dest)
+        return original(src, dest, **kw)
+
+    monkeypatch.setattr(pafs, "copy_files", copy_then_fail)
+    with pytest.raises(OSError, match="connection reset"):
+        run.save_checkpoint(Saver("w4"), 4, keep=3)
+    monkeypatch.undo()
+    assert not copied[0].endswith(STATE_FILE)  # the state file goes last ...
+    assert (tmp_path / "shared" / "run" / "checkpoints" / "iter_000004").is_dir()
+    assert run.checkpoint_names() == ["iter_000002"]  # ... so the partial one does not count
+    assert run.latest_checkpoint() == "iter_000002"
+    run.save_checkpoint(Saver("w3"), 3, keep=3)  # a resumed run redoes iteration 3 ...
+    assert run.checkpoint_names() == ["iter_000002", "iter_000003"]
+    run.save_checkpoint(Saver("w4"), 4, keep=3)  # ... and 4 again, over the partial upload
+    with run.local_checkpoint("iter_000004") as ckpt:
+        assert (ckpt / "learner_group" / "learner" / "weights.bin").read_text() == "w4"
+
+
+def test_a_kill_during_a_local_save_leaves_no_complete_looking_checkpoint(tmp_path):
+    run = RunDir(tmp_path / "run")
+    run.save_checkpoint(Saver("w1"), 1, keep=3)
+    half = tmp_path / "run" / "checkpoints" / "iter_000002"
+    (half / "learner_group").mkdir(parents=True)  # a save cut short: no state file
+    (tmp_path / "run" / "checkpoints" / ".tmp_iter_000003").mkdir()
+    assert run.checkpoint_names() == ["iter_000001"]
+    run.save_checkpoint(Saver("w5"), 5, keep=3)
+    assert not half.exists()  # the incomplete older one is removed once a newer one is saved
+    assert run.checkpoint_names() == ["iter_000001", "iter_000005"]
+
+
+def test_where_a_run_goes(tmp_path):
+    exp = parse_config({**TINY, "run": {"output_dir": str(tmp_path / "runs")}})
+    assert run_location(exp) == str(tmp_path / "runs" / "tiny")
+    assert run_location(exp, "s3://bucket/runs/x") == "s3://bucket/runs/x"
+    stored = parse_config({**TINY, "run": {"storage": "gs://bucket/runs/", "output_dir": "loc"}})
+    assert run_location(stored) == "gs://bucket/runs/tiny"
+    assert local_dir(stored, "gs://bucket/runs/tiny") == Path("loc") / "tiny"
+    assert local_dir(exp, str(tmp_path / "r")) == tmp_path / "r"
+    with pytest.raises(ValueError, match="run.storage must be a directory or a URI"):
+        parse_config({**TINY, "run": {"storage": "s3:/bucket"}})
+    with pytest.raises(ValueError, match="cannot open the run storage 'nosuch://x'"):
+        open_filesystem("nosuch://x")
+    with pytest.raises(ValueError, match="needs a local directory"):
+        RunDir("file:///tmp/x")
