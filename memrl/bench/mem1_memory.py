@@ -26,6 +26,7 @@ import logging
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -174,6 +175,14 @@ def measure(setting: dict[str, Any]) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     shape = SHAPES[args.shape]
     rows: list[dict[str, Any]] = []
+    todo = [
+        (path, tokens, minibatch)
+        for path in args.paths
+        for tokens in args.tokens
+        for minibatch in args.minibatch
+        if not (path == "full_logits" and tokens * minibatch > args.full_logits_max_tokens)
+    ]
+    started = time.time()
     with tempfile.TemporaryDirectory(prefix="memrl_mem1_memory_") as tmp:
         write_model(Path(tmp), shape)
         for path in args.paths:
@@ -193,7 +202,13 @@ def run(args: argparse.Namespace) -> int:
                         "threads": args.threads,
                     }
                     rows.append(_in_fresh_process(setting))
-                    logger.info("%s", rows[-1])
+                    print(
+                        f"[{len(rows)}/{len(todo)}] {path}, {minibatch} x {tokens} tokens: "
+                        f"peak {rows[-1]['peak_bytes'] / 2**30:.2f} GiB above the start "
+                        f"({time.time() - started:.0f} s)",
+                        file=sys.stderr,
+                        flush=True,
+                    )
     write_report(
         NAME,
         rows,

@@ -5,7 +5,7 @@ On Dark-Key-To-Door with RLlib's MLP policy (PPO, new API stack), for 0, 1 and 2
 batch), each at ``--envs-per-runner`` envs per runner stepped by the env's native vectorized
 version and memrl's lean connectors (the defaults), plus comparison rows: RLlib's defaults
 (gymnasium's SyncVectorEnv of single envs, action normalization, the default connectors) at 8
-envs (RLlib's setting in the issue) and at ``--envs-per-runner`` envs, memrl's defaults with
+envs (RLlib's default setting) and at ``--envs-per-runner`` envs, memrl's defaults with
 SyncVectorEnv stepping, and more envs per runner (``--more-envs``). The ceiling is the raw speed
 of one env stepped in a plain loop in one process, random actions; the native vectorized env
 alone is reported too.

@@ -1,4 +1,4 @@
-"""Dark-Key-To-Door: the in-context RL memory task of the Memo paper (see specs/memo.md).
+"""Dark-Key-To-Door: the in-context RL memory task of the Memo paper (arXiv 2510.19732).
 
 A trial (one RLlib episode) is ``trial_len`` steps in one layout: start, key and door cells drawn
 uniformly and independently on a ``size`` x ``size`` grid. Inside the trial, inner episodes of at

@@ -60,7 +60,7 @@ def text_space() -> gym.spaces.Text:
 
 @dataclass(frozen=True)
 class TextTags:
-    """Tag names of the turn format (see specs/mem1.md)."""
+    """Tag names of the turn format (the MEM1 paper's names by default)."""
 
     state: str = "think"
     """Internal state written every turn (the paper's <IS>)."""

@@ -1,4 +1,4 @@
-"""Dark-Key-To-Door dynamics, exactly as in specs/memo.md."""
+"""Dark-Key-To-Door dynamics, exactly as in the Memo paper (docs/key_door.md)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 Runs inside the habitat environment only (stdlib + numpy + habitat): no gymnasium, no memrl.
 It follows gymnasium's API (``reset -> (obs, info)``, ``step -> 5-tuple``) on top of habitat-lab's
 gym env (``habitat.gym.make_gym_from_config``, old gym API), and adds what ExtObjNav needs
-(specs/memo.md):
+(the Memo paper's setting):
 
 - a trial = ``trial_len`` steps in one scene; inner episodes are habitat episodes of that scene,
   started one after the other inside the trial (``truncated`` when the trial ends);

@@ -22,7 +22,7 @@ DEFAULT_CHROME_FLAGS: tuple[str, ...] = (
     "--disable-component-update",
     "--disable-sync",
 )
-"""Start flags that work on Debian's chromium in containers (specs/envs.md section 2)."""
+"""Start flags that work on Debian's chromium in containers (no sandbox, no /dev/shm, no GPU)."""
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """The WebShop catalogue: loading the original files (or synthetic ones in the same schema).
 
-Files (see specs/webshop.md): ``items_shuffle*.json`` (a list of scraped products),
+Files (the WebShop benchmark's data format): ``items_shuffle*.json`` (a list of scraped products),
 ``items_ins_v2*.json`` (asin -> attributes and a synthetic instruction) and ``items_human_ins.json``
 (asin -> human instructions). ``load_catalogue`` validates every record it uses and turns it into
 the product dict the engine and the reward read (``Title``, ``BulletPoints``, ``Description``,

@@ -1,4 +1,4 @@
-"""WebShop's reward for a purchase, following specs/webshop.md (and the original) to the letter.
+"""WebShop's reward for a purchase, following the WebShop benchmark's definition to the letter.
 
 ``R = r_type * (n_attr + n_opt + [price <= price_upper]) / (n_attributes + n_goal_options + 1)``
 

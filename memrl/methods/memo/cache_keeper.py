@@ -8,7 +8,7 @@ keeper the step of each row's trial (0: a new trial, the row's cache is emptied)
 
 The keeper also stores every ongoing trial's per-step inputs of the trainable encoder, so that
 after new weights arrive ``refresh`` rebuilds each cache as the new weights would have built it
-(the KV refresh of specs/memo.md). Those inputs are the raw observations, or, for a module with a
+(the Memo paper's KV refresh). Those inputs are the raw observations, or, for a module with a
 frozen image encoder, the frozen image features (computed once, when the step was taken) next to
 the observation's other parts: the refresh then runs only the trainable layers and never encodes
 an image again.

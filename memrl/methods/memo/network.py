@@ -1,7 +1,7 @@
 """Memo: a summary-token transformer over one token per env step (plain torch, no Ray).
 
 A LLaMA-style pre-norm decoder (RMSNorm, bias-free attention, gated MLP, RoPE, layer-drop) with
-three modes that share every line of the network (see specs/memo.md):
+three modes that share every line of the network (see docs/memo.md):
 
 - ``memo``: the trial is cut into segments of ``l_seg`` steps; at the end of each full segment the
   model writes ``l_sum`` summary vectors, and every later step attends to all summaries written so
