@@ -20,7 +20,19 @@ MAX_INDEXED = 10
 
 
 class InnerEpisodeMetrics(RLlibCallback):
-    """Logs ``inner_return_<k>``, ``inner_success_rate`` and ``inner_episodes`` per trial."""
+    """Logs ``inner_return_<k>``, ``inner_success_rate`` and ``inner_episodes`` per trial, and,
+    for a policy with a KV cache on the env runner (Memo, FCT, RMT), the most K/V tokens and
+    bytes one env's cache held in each sampling round (``memory/kv_cache_tokens_peak``,
+    ``memory/kv_cache_bytes_peak``)."""
+
+    def on_sample_end(self, *, env_runner: Any = None, metrics_logger: Any = None, **kwargs: Any):
+        keeper = getattr(getattr(env_runner, "module", None), "_keeper", None)
+        if metrics_logger is None or keeper is None or not hasattr(keeper, "take_peak"):
+            return
+        tokens, nbytes = keeper.take_peak()
+        if tokens:
+            metrics_logger.log_value("memory/kv_cache_tokens_peak", tokens, reduce="max", window=1)
+            metrics_logger.log_value("memory/kv_cache_bytes_peak", nbytes, reduce="max", window=1)
 
     def on_episode_end(
         self,

@@ -36,6 +36,7 @@ class MemoCacheKeeper:
         self.cache: MemoCache | None = None
         self.inputs: torch.Tensor | None = None  # (B, capacity, in_dim) the encoder's inputs
         self.lengths: np.ndarray | None = None  # (B,) steps stored per slot (host)
+        self.peak_tokens = 0  # most K/V tokens any env's cache held since `take_peak`
 
     @torch.no_grad()
     def step(
@@ -92,7 +93,16 @@ class MemoCacheKeeper:
             self.inputs[rows, torch.as_tensor(self.lengths, device=obs.device)] = obs
         self.lengths += 1
         features, self.cache = self.net.step(self.encoder(obs), self.cache)
+        self.peak_tokens = max(self.peak_tokens, self.net.cache_tokens(self.cache))
         return features
+
+    def take_peak(self) -> tuple[int, int]:
+        """(tokens, bytes) of K/V that one env's cache held at most since the last call (the
+        training run logs them per sampling round); resets the count."""
+        tokens, self.peak_tokens = self.peak_tokens, 0
+        cfg = self.net.cfg
+        elem = self.net.slots.weight.element_size()
+        return tokens, tokens * cfg.n_layers * 2 * cfg.d_model * elem
 
     @torch.no_grad()
     def refresh(self, seg_len: int | None = None) -> None:

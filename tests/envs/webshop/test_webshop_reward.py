@@ -1,4 +1,4 @@
-"""Every rule of the WebShop reward (the WebShop benchmark's definition), with hand-computed expected values."""
+"""Every rule of the WebShop reward (the benchmark's definition), with hand-computed values."""
 
 from __future__ import annotations
 

@@ -293,6 +293,12 @@ def test_trains_through_rllib_on_the_corridor(tmp_path):
         # Acting (segment length drawn at the sync) and the loss pass compute the same thing:
         # before the update every ratio is 1.
         assert learner["ratio_dev_pre_update"] < 1e-3 and learner["clip_frac_pre_update"] == 0
+        # The env runner's KV cache: at most 3 summary blocks of 2 (segments of 3-4 steps in a
+        # 14-step trial) plus a segment; bytes = tokens x layers x (K, V) x d_model x 4 bytes.
+        runners = result["env_runners"]
+        tokens = runners["memory/kv_cache_tokens_peak"]
+        assert 4 <= tokens <= 3 * 2 + 4
+        assert runners["memory/kv_cache_bytes_peak"] == tokens * 1 * 2 * 16 * 4
         for key in ("vf_explained_var", "vf_ev_q1", "vf_ev_q4", "value_norm_std"):
             assert key in learner
         assert learner["trunk_grad_norm_pi"] > 0 and learner["trunk_grad_norm_vf"] > 0
