@@ -268,6 +268,11 @@ class LocalCluster:
         if out.returncode != 0:
             raise RuntimeError(f"ray job submit failed:\n{out.stdout}{out.stderr}")
 
+    def logs(self, submission_id: str, tail: int = 4000) -> str:
+        """The end of a job's logs (for a failure message)."""
+        out = self.job("logs", submission_id)
+        return (out.stdout + out.stderr)[-tail:]
+
     def wait_job(self, submission_id: str, timeout: float) -> tuple[str, str]:
         """Follows the job's logs until it ends; returns (final status, logs)."""
         logs = self.job("logs", "--follow", submission_id, timeout=timeout).stdout
@@ -279,8 +284,15 @@ class LocalCluster:
         return text, logs
 
 
-def wait_for(check: Callable[[], Any], timeout: float, what: str, every: float = 0.5) -> Any:
-    """Polls ``check`` until it returns something truthy; fails the test after ``timeout`` s."""
+def wait_for(
+    check: Callable[[], Any],
+    timeout: float,
+    what: str,
+    every: float = 0.5,
+    explain: Callable[[], str] | None = None,
+) -> Any:
+    """Polls ``check`` until it returns something truthy; fails the test after ``timeout`` s
+    (with what ``explain`` returns then, e.g. the job's logs)."""
     import pytest
 
     deadline = time.time() + timeout
@@ -289,7 +301,8 @@ def wait_for(check: Callable[[], Any], timeout: float, what: str, every: float =
         if value:
             return value
         time.sleep(every)
-    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
+    detail = f"\n{explain()}" if explain is not None else ""
+    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}{detail}")
 
 
 def cluster_env() -> dict[str, str]:

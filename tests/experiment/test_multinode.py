@@ -80,7 +80,12 @@ def test_node_types_node_losses_and_resume_by_a_second_job(cluster: LocalCluster
     metrics = storage / "pinned" / "metrics.parquet"
     # The same command as on a laptop, submitted with `ray job submit --working-dir .`.
     cluster.submit("first", ["memrl", "train", str(cfg)], cwd=REPO)
-    wait_for(lambda: len(_rows(metrics)) >= 3, 300, "three iterations of the first job")
+    wait_for(
+        lambda: len(_rows(metrics)) >= 3,
+        300,
+        "three iterations of the first job",
+        explain=lambda: cluster.logs("first"),
+    )
 
     # Node types honoured, as Ray's state API sees it.
     runners, learners = cluster.actor_nodes(ENV_RUNNER), cluster.actor_nodes(LEARNER)
