@@ -185,30 +185,31 @@ def run(args: argparse.Namespace) -> int:
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="memrl_mem1_memory_") as tmp:
         write_model(Path(tmp), shape)
-        for path in args.paths:
-            for tokens in args.tokens:
-                for minibatch in args.minibatch:
-                    if path == "full_logits" and tokens * minibatch > args.full_logits_max_tokens:
-                        logger.info("skipping full_logits at %d x %d tokens", minibatch, tokens)
-                        continue
-                    setting = {
-                        "model_dir": tmp,
-                        "vocab": shape["vocab"],
-                        "path": path,
-                        "tokens": tokens,
-                        "minibatch": minibatch,
-                        "micro_batch_tokens": args.micro_batch_tokens,
-                        "chunk": args.logp_chunk_tokens,
-                        "threads": args.threads,
-                    }
-                    rows.append(_in_fresh_process(setting))
-                    print(
-                        f"[{len(rows)}/{len(todo)}] {path}, {minibatch} x {tokens} tokens: "
-                        f"peak {rows[-1]['peak_bytes'] / 2**30:.2f} GiB above the start "
-                        f"({time.time() - started:.0f} s)",
-                        file=sys.stderr,
-                        flush=True,
-                    )
+        for path, tokens, minibatch in todo:
+            setting = {
+                "model_dir": tmp,
+                "vocab": shape["vocab"],
+                "path": path,
+                "tokens": tokens,
+                "minibatch": minibatch,
+                "micro_batch_tokens": args.micro_batch_tokens,
+                "chunk": args.logp_chunk_tokens,
+                "threads": args.threads,
+            }
+            try:
+                row = _in_fresh_process(setting)
+                done = f"peak {row['peak_bytes'] / 2**30:.2f} GiB above the start"
+            except RuntimeError as err:  # e.g. killed for memory: kept as a row, the rest run
+                row = {k: setting[k] for k in ("path", "tokens", "minibatch")}
+                row.update(peak_bytes=float("nan"), peak_gib=float("nan"), error=str(err)[:300])
+                done = f"FAILED ({str(err).splitlines()[0][:200]})"
+            rows.append(row)
+            print(
+                f"[{len(rows)}/{len(todo)}] {path}, {minibatch} x {tokens} tokens: {done} "
+                f"({time.time() - started:.0f} s)",
+                file=sys.stderr,
+                flush=True,
+            )
     write_report(
         NAME,
         rows,
@@ -232,6 +233,8 @@ def _in_fresh_process(setting: dict[str, Any]) -> dict[str, Any]:
     if out.returncode != 0 or not lines:
         raise RuntimeError(
             f"the {setting['path']} setting at {setting['minibatch']} x {setting['tokens']} "
-            f"tokens failed (exit {out.returncode}): {out.stderr[-2000:]}"
+            f"tokens failed (exit {out.returncode}"
+            + (": killed, most likely out of memory" if out.returncode == -9 else "")
+            + f"): {out.stderr[-2000:]}"
         )
     return json.loads(lines[-1].split(" ", 1)[1])

@@ -53,3 +53,31 @@ def test_cli_runs_each_setting_in_a_fresh_process(tmp_path):
     assert {"path", "tokens", "minibatch", "peak_bytes"} <= set(rows[0])
     frame = pd.read_parquet(tmp_path / "mem1_memory.parquet")
     assert len(frame) == 2 and (tmp_path / "mem1_memory.png").is_file()
+
+
+def test_a_setting_killed_for_memory_is_kept_as_a_row_and_the_rest_run(
+    tmp_path, monkeypatch, capsys
+):
+    # Running out of memory cannot be caused safely here: the first setting's process fails as an
+    # OOM-killed one would (exit -9); the second one is measured for real.
+    real = mem1_memory._in_fresh_process
+
+    def first_killed(setting):
+        if setting["path"] == "full_logits":
+            raise RuntimeError("the full_logits setting failed (exit -9: killed, ...)")
+        return real(setting)
+
+    monkeypatch.setattr(mem1_memory, "_in_fresh_process", first_killed)
+    parser = argparse.ArgumentParser()
+    mem1_memory.add_arguments(parser)
+    args = parser.parse_args(
+        ["--shape", "tiny", "--tokens", "128", "--minibatch", "2", "--threads", "1",
+         "--paths", "full_logits", "default", "--json", "--output", str(tmp_path)]
+    )  # fmt: skip
+    assert mem1_memory.run(args) == 0
+    captured = capsys.readouterr()
+    rows = json.loads(captured.out[captured.out.index("[") :])
+    assert [r["path"] for r in rows] == ["full_logits", "default"]
+    assert "exit -9" in rows[0]["error"] and rows[1]["peak_bytes"] >= 0
+    assert "[1/2] full_logits, 2 x 128 tokens: FAILED" in captured.err
+    assert len(pd.read_parquet(tmp_path / "mem1_memory.parquet")) == 2
