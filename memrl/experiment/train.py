@@ -527,6 +527,16 @@ def train(
                 exp.run.loggers, run.path, exp.name, exp.to_dict(), first_iteration=algo.iteration
             )
             last_saved = algo.iteration
+
+            def save() -> None:
+                # A learner lost while its state is gathered for a checkpoint: the same clear
+                # end as a loss during training (the checkpoint being written does not count).
+                try:
+                    run.save_checkpoint(algo, algo.iteration, exp.run.keep_checkpoints)
+                except RayActorError as err:
+                    message = _lost_actor_message(err, algo, run, last_saved)
+                    raise RunInterrupted(message) from err
+
             while not _should_stop(exp, algo.iteration, rows):
                 t0 = time.time()
                 try:
@@ -541,11 +551,11 @@ def train(
                 rate = (row["env_steps_sampled"] - steps_before) / max(time.time() - t0, 1e-9)
                 echo(progress_line(row, exp.run.stop_iters, rate))
                 if algo.iteration % exp.run.checkpoint_every == 0:
-                    run.save_checkpoint(algo, algo.iteration, exp.run.keep_checkpoints)
+                    save()
                     run.sync_tb()
                     last_saved = algo.iteration
             if algo.iteration != last_saved:
-                run.save_checkpoint(algo, algo.iteration, exp.run.keep_checkpoints)
+                save()
             loggers.close()
             run.sync_tb()
         finally:

@@ -358,8 +358,12 @@ def _run_config(settings: TuneSettings, exp: ExperimentConfig, out: str) -> Any:
             if isinstance(sched, PBTSettings)
             else exp.run.checkpoint_every
         )
+    name = out.rsplit("/", 1)[1]
+    # W&B and MLflow write their files locally: beside the sweep, or for a sweep on a URI under
+    # run.output_dir (as a run on a URI keeps its local files).
+    local = Path(exp.run.output_dir) / name if is_uri(out) else Path(out)
     return tune.RunConfig(
-        name=out.rsplit("/", 1)[1],
+        name=name,
         storage_path=out.rsplit("/", 1)[0],
         stop=stop,
         checkpoint_config=tune.CheckpointConfig(
@@ -368,7 +372,7 @@ def _run_config(settings: TuneSettings, exp: ExperimentConfig, out: str) -> Any:
             checkpoint_at_end=True,
         ),
         failure_config=tune.FailureConfig(max_failures=settings.max_failures),
-        callbacks=ray_logger_callbacks(exp.run.loggers, out, out.name),
+        callbacks=ray_logger_callbacks(exp.run.loggers, local, name),
         verbose=1,
     )
 
