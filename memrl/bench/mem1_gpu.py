@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import logging
 import time
+from typing import Any
 
 from memrl.experiment.report import Plot, add_output_arguments, write_report
 
@@ -56,22 +57,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_output_arguments(parser, NAME)
 
 
-def _model(preset: dict, device: str, dtype):
+def random_qwen2(shape: dict) -> Any:
+    """A Qwen2 causal LM of ``shape`` (vocab, hidden, layers, heads, kv_heads, mlp) with random
+    weights (seed 0), float32 on the CPU: no hub download."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     config = Qwen2Config(
-        vocab_size=preset["vocab"],
-        hidden_size=preset["hidden"],
-        num_hidden_layers=preset["layers"],
-        num_attention_heads=preset["heads"],
-        num_key_value_heads=preset["kv_heads"],
-        intermediate_size=preset["mlp"],
+        vocab_size=shape["vocab"],
+        hidden_size=shape["hidden"],
+        num_hidden_layers=shape["layers"],
+        num_attention_heads=shape["heads"],
+        num_key_value_heads=shape["kv_heads"],
+        intermediate_size=shape["mlp"],
         max_position_embeddings=32768,
         tie_word_embeddings=True,
     )
     torch.manual_seed(0)
-    return Qwen2ForCausalLM(config).to(device=device, dtype=dtype)
+    return Qwen2ForCausalLM(config)
+
+
+def _model(preset: dict, device: str, dtype):
+    return random_qwen2(preset).to(device=device, dtype=dtype)
 
 
 class _IdTokenizer:

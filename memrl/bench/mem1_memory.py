@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import subprocess
 import sys
 import tempfile
@@ -31,8 +30,6 @@ from pathlib import Path
 from typing import Any
 
 from memrl.experiment.report import Plot, add_output_arguments, write_report
-
-logger = logging.getLogger(__name__)
 
 NAME = "mem1_memory"
 PATHS = ("default", "full_logits")
@@ -64,23 +61,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def write_model(folder: Path, shape: dict[str, int]) -> None:
     """A random model of the shape and a small tokenizer (the ids fed are random anyway)."""
-    import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
+    from memrl.bench.mem1_gpu import random_qwen2
     from memrl.methods.mem1.tiny import build_tokenizer
 
-    config = Qwen2Config(
-        vocab_size=shape["vocab"],
-        hidden_size=shape["hidden"],
-        num_hidden_layers=shape["layers"],
-        num_attention_heads=shape["heads"],
-        num_key_value_heads=shape["kv_heads"],
-        intermediate_size=shape["mlp"],
-        max_position_embeddings=32768,
-        tie_word_embeddings=True,
-    )
-    torch.manual_seed(0)
-    Qwen2ForCausalLM(config).save_pretrained(folder)
+    random_qwen2(shape).save_pretrained(folder)
     build_tokenizer(["memory bench text"] * 4, 300).save_pretrained(folder)
 
 

@@ -100,9 +100,7 @@ class MemoCacheKeeper:
         """(tokens, bytes) of K/V that one env's cache held at most since the last call (the
         training run logs them per sampling round); resets the count."""
         tokens, self.peak_tokens = self.peak_tokens, 0
-        cfg = self.net.cfg
-        elem = self.net.slots.weight.element_size()
-        return tokens, tokens * cfg.n_layers * 2 * cfg.d_model * elem
+        return tokens, self.net.kv_bytes(tokens)
 
     @torch.no_grad()
     def refresh(self, seg_len: int | None = None) -> None:

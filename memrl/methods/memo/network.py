@@ -487,9 +487,12 @@ class MemoTransformer(nn.Module):
 
     def cache_bytes(self, cache: MemoCache) -> int:
         """Bytes of K/V held per env (the most over the batch's envs)."""
+        return self.kv_bytes(self.cache_tokens(cache))
+
+    def kv_bytes(self, tokens: int) -> int:
+        """Bytes of K and V for ``tokens`` cached tokens of one env, over all layers."""
         cfg = self.cfg
-        elem = self.slots.weight.element_size()
-        return self.cache_tokens(cache) * cfg.n_layers * 2 * cfg.d_model * elem
+        return tokens * cfg.n_layers * 2 * cfg.d_model * self.slots.weight.element_size()
 
 
 __all__ = ["MODES", "MemoCache", "MemoConfig", "MemoTransformer"]
