@@ -6,7 +6,9 @@ explorer without memory across inner episodes, and the map oracle) on ``--envs``
 the draws do not depend on the actions) and reports, for inner episodes that start in the trial's
 first ``--early`` steps and for those that start at or after ``--late``: the episodes, their
 success rate and SPL, and the successes per 1000 steps. The memory explorer's late SPL against
-the memoryless one's is what remembering the layout is worth.
+the memoryless one's is what remembering the layout is worth. ``--config`` takes the env settings
+from an experiment YAML (e.g. ``configs/objnav_memo.yaml``) so the references are measured on the
+map the agents are trained on; without it the env's defaults are used.
 """
 
 from __future__ import annotations
@@ -29,7 +31,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--agents", default="explore_memory,explore_forget,oracle", help="comma-separated agents"
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--config",
+        default=None,
+        help="experiment YAML whose env.config sets the map (default: the env's defaults)",
+    )
     add_output_arguments(parser, NAME)
+
+
+def env_settings(config_path: str | None) -> dict[str, Any]:
+    """env.config of the experiment YAML at ``config_path`` ({} when None); it must be ObjNav's."""
+    if config_path is None:
+        return {}
+    from memrl.experiment.config import load_config
+
+    exp = load_config(config_path)
+    if exp.env.id != "memrl/ObjNav-v0":
+        raise ValueError(
+            f"--config {config_path}: env.id is {exp.env.id!r}; the references run on "
+            "memrl/ObjNav-v0 (e.g. configs/objnav_memo.yaml)"
+        )
+    return dict(exp.env.config)
 
 
 def measure(kind: str, args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -38,7 +60,8 @@ def measure(kind: str, args: argparse.Namespace) -> list[dict[str, Any]]:
     from memrl.envs.objnav import ObjNavConfig, ObjNavVec
     from memrl.envs.objnav.agents import ObjNavAgents
 
-    vec = ObjNavVec(args.envs, ObjNavConfig(seed=args.seed, trial_len=args.trial_len))
+    settings = {**env_settings(args.config), "seed": args.seed, "trial_len": args.trial_len}
+    vec = ObjNavVec(args.envs, ObjNavConfig.from_kwargs(settings))
     vec.reset()
     agent = ObjNavAgents(kind, vec)
     starts, success, spl = [], [], []
@@ -79,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
             f"need 0 < --early <= --late < --trial-len, got {args.early}, {args.late}, "
             f"{args.trial_len}"
         )
+    env_settings(args.config)  # a wrong config fails before any agent runs
     rows = []
     for kind in (a.strip() for a in args.agents.split(",") if a.strip()):
         rows += measure(kind, args)

@@ -45,6 +45,24 @@ def has_vector_env(env_id: str) -> bool:
     return env_id in VECTOR_ENTRY_POINTS
 
 
+def memoryless_success(env_id: str) -> float | None:
+    """The best inner-episode success rate without memory on ``env_id``, for the envs that state
+    it (a class attribute ``memoryless_success``); None for the others and for ids memrl does not
+    ship."""
+    entry = ENV_ENTRY_POINTS.get(env_id)
+    if entry is None:
+        return None
+    import importlib
+
+    module, _, name = entry.partition(":")
+    try:
+        cls = getattr(importlib.import_module(module), name)
+    except ImportError:  # an env whose optional dependencies are not installed
+        return None
+    value = getattr(cls, "memoryless_success", None)
+    return None if value is None else float(value)
+
+
 def make_env(env_id: str, env_config: dict[str, Any] | None = None) -> gym.Env:
     """Builds a registered env, with errors that say what exists and what was wrong.
 

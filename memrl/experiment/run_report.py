@@ -180,6 +180,8 @@ def glance(data: dict[str, Any]) -> list[tuple[str, str]]:
                 "faster.",
             )
         )
+    elif (success := _success_against_memoryless(data, frame)) is not None:
+        lines.append(success)
     if latest is not None:
         parts = [f"return {format_number(latest.get('return_mean', math.nan))}"]
         for key, label in (("em_mean", "exact match"), ("f1_mean", "F1"), ("em", "exact match")):
@@ -215,6 +217,29 @@ def _inner_returns(latest: dict[str, Any] | None, frame: Any) -> tuple[str, list
     if len(values) < 2:
         return None
     return "last tenth of training", values
+
+
+def _success_against_memoryless(data: dict[str, Any], frame: Any) -> tuple[str, str] | None:
+    """For envs that state the best success without memory (the corridor): the last tenth of
+    training's success against it."""
+    from memrl.envs import memoryless_success
+
+    env_id = (data["config"].get("env") or {}).get("id")
+    bound = memoryless_success(env_id) if isinstance(env_id, str) else None
+    if bound is None or frame is None or "inner_success_rate" not in frame.columns:
+        return None
+    tail = frame["inner_success_rate"].iloc[-max(1, len(frame) // 10) :].dropna()
+    if not len(tail):
+        return None
+    success = float(tail.mean())
+    used = success >= bound + 0.5 * (1.0 - bound)
+    verdict = "The agent uses its memory" if used else "No clear sign of memory use"
+    return (
+        "verdict-yes" if used else "verdict-no",
+        f"{verdict}: success {success:.1%} over the last tenth of training, against "
+        f"{bound:.0%} at best for a policy without memory (what it must act on was shown earlier "
+        "in the trial and is hidden since).",
+    )
 
 
 def _memory_sentence(transcripts: dict[str, Any] | None) -> tuple[str, str] | None:

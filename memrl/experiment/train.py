@@ -387,7 +387,9 @@ def _write_report(run: RunDir) -> str:
     return run.uri(REPORT_NAME)
 
 
-def summary_table(rows: list[dict[str, Any]], run_dir: RunDir, wall_s: float) -> str:
+def summary_table(
+    rows: list[dict[str, Any]], run_dir: RunDir, wall_s: float, env_id: str | None = None
+) -> str:
     from memrl.experiment.report import format_table
 
     last = rows[-1]
@@ -415,19 +417,49 @@ def summary_table(rows: list[dict[str, Any]], run_dir: RunDir, wall_s: float) ->
     if inner:
         table += "\n\nReturn per inner-episode index (last iteration):\n" + format_table([inner])
     line = memory_line(rows)
+    if line is None and env_id is not None:
+        line = success_line(rows, env_id)
     if line:
         table += "\n\n" + line
     return table
 
 
-def memory_line(rows: list[dict[str, Any]]) -> str | None:
-    """One sentence on memory use for envs with inner episodes: the return of inner episodes 1-4
-    against the first one of the same trials, over the last iterations (a tenth, at least 3)."""
+def _recent_mean(rows: list[dict[str, Any]]) -> tuple[int, Any]:
+    """(how many rows, mean of a key over them) for the last iterations: a tenth, at least 3."""
     recent = rows[-max(3, len(rows) // 10) :]
 
     def mean_of(key: str) -> float:
         values = [r[key] for r in recent if key in r and math.isfinite(r[key])]
         return sum(values) / len(values) if values else math.nan
+
+    return len(recent), mean_of
+
+
+def success_line(rows: list[dict[str, Any]], env_id: str) -> str | None:
+    """One sentence on memory use for envs that state the best success without memory (the
+    corridor's coin flip): the agent's inner-episode success over the last iterations against it."""
+    from memrl.envs import memoryless_success
+
+    bound = memoryless_success(env_id)
+    if bound is None:
+        return None
+    n, mean_of = _recent_mean(rows)
+    success = mean_of("inner_success_rate")
+    if not math.isfinite(success):
+        return None
+    head = (
+        f"memory: success {success:.1%} over the last {n} iterations, against {bound:.0%} at best "
+        "for a policy without memory"
+    )
+    if success >= bound + 0.5 * (1.0 - bound):
+        return head + ": the agent recalls what it saw earlier in the trial."
+    return head + ": no clear sign of memory use yet (train longer, or see docs/memo.md)."
+
+
+def memory_line(rows: list[dict[str, Any]]) -> str | None:
+    """One sentence on memory use for envs with inner episodes: the return of inner episodes 1-4
+    against the first one of the same trials, over the last iterations (a tenth, at least 3)."""
+    n_recent, mean_of = _recent_mean(rows)
 
     first = mean_of("inner_return_0")
     later = [v for v in (mean_of(f"inner_return_{k}") for k in range(1, 5)) if math.isfinite(v)]
@@ -438,7 +470,7 @@ def memory_line(rows: list[dict[str, Any]]) -> str | None:
     which = "1" if len(later) == 1 else f"1-{len(later)}"
     head = (
         f"memory: later inner episodes ({which}) return {later_mean:.2f} on average against "
-        f"{first:.2f} for the first one of the same trials ({change:+.0%}, last {len(recent)} "
+        f"{first:.2f} for the first one of the same trials ({change:+.0%}, last {n_recent} "
         "iterations)"
     )
     if change >= 0.1:
@@ -564,7 +596,7 @@ def train(
         png = io.BytesIO()
         if plot_training_png(rows, png, exp.name):
             run.write_bytes(CURVE, png.getvalue())
-        table = summary_table(rows, run, time.time() - start_wall)
+        table = summary_table(rows, run, time.time() - start_wall, exp.env.id)
         run.write_text(SUMMARY, f"# {exp.name}\n\n{table}\n")
         echo("\n" + table)
     report = _write_report(run)

@@ -1,10 +1,12 @@
-"""The training summary's memory line: later inner episodes against the first one."""
+"""The training summary's memory line: later inner episodes against the first one, or success
+against the best an agent without memory can do."""
 
 from __future__ import annotations
 
 import math
 
-from memrl.experiment.train import memory_line
+from memrl.envs import memoryless_success
+from memrl.experiment.train import memory_line, success_line
 
 
 def _rows(first: float, later: float, n: int = 20) -> list[dict[str, float]]:
@@ -27,3 +29,26 @@ def test_memory_line_says_when_there_is_no_sign_of_memory():
 def test_memory_line_is_absent_without_inner_episodes():
     assert memory_line([{"episode_return_mean": 1.0}] * 5) is None
     assert memory_line([{"inner_return_0": math.nan, "inner_return_1": 1.0}] * 5) is None
+
+
+def _success_rows(recent: float, n: int = 30) -> list[dict[str, float]]:
+    return [{"inner_return_0": 0.0, "inner_success_rate": 0.5}] * (n - 3) + [
+        {"inner_return_0": 0.9, "inner_success_rate": recent}
+    ] * 3
+
+
+def test_success_line_sets_the_corridor_against_its_coin_flip():
+    assert memoryless_success("memrl/MemoryCorridor-v0") == 0.5
+    line = success_line(_success_rows(0.96), "memrl/MemoryCorridor-v0")
+    assert "success 96.0% over the last 3 iterations, against 50% at best" in line
+    assert "recalls what it saw" in line
+    line = success_line(_success_rows(0.70), "memrl/MemoryCorridor-v0")
+    assert "no clear sign of memory use" in line
+
+
+def test_success_line_is_absent_where_the_env_states_no_bound():
+    assert memoryless_success("memrl/DarkKeyToDoor-v0") is None
+    assert memoryless_success("CartPole-v1") is None
+    assert success_line(_success_rows(0.96), "memrl/DarkKeyToDoor-v0") is None
+    rows = [{"inner_return_0": 1.0}] * 5
+    assert success_line(rows, "memrl/MemoryCorridor-v0") is None

@@ -44,6 +44,31 @@ def test_glance_says_whether_memory_was_used(tmp_path):
     assert any("memrl eval" in s for _, s in training_only)
 
 
+@pytest.mark.parametrize("success, verdict", [(0.97, "verdict-yes"), (0.55, "verdict-no")])
+def test_corridor_glance_sets_success_against_the_memoryless_bound(tmp_path, success, verdict):
+    run = tmp_path / "corridor_run"
+    run.mkdir()
+    config = {"name": "quickstart", "env": {"id": "memrl/MemoryCorridor-v0"}}
+    (run / "config.yaml").write_text(json.dumps(config))
+    rows = [
+        {
+            "training_iteration": i + 1,
+            "env_steps_sampled": 2112 * (i + 1),
+            "time_total_s": 3.0 * (i + 1),
+            "episode_return_mean": 0.0,
+            "inner_return_0": 0.0,
+            "inner_success_rate": 0.5 if i < 18 else success,
+        }
+        for i in range(20)
+    ]
+    pd.DataFrame(rows).to_parquet(run / "metrics.parquet")
+    lines = glance(collect(run))
+    assert any(
+        cls == verdict and f"success {success:.1%} over the last tenth" in s and "50% at best" in s
+        for cls, s in lines
+    ), lines
+
+
 def test_mem1_run_has_transcripts_text_scores_and_memory(tmp_path):
     run = make_mem1_run(tmp_path)
     page = write_run_report(run).read_text()

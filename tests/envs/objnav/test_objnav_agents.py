@@ -72,3 +72,26 @@ def test_bench_reports_both_phases(tmp_path):
         (a, p) for a in ("explore_memory", "explore_forget") for p in ("early", "late")
     }
     assert (tmp_path / "objnav-refs.png").is_file()
+
+
+def test_bench_takes_the_map_from_an_experiment_config(tmp_path):
+    from argparse import Namespace
+
+    from memrl.bench.objnav_refs import env_settings, run
+
+    settings = env_settings("configs/objnav_memo.yaml")
+    assert settings["grid_size"] == 12 and settings["num_categories"] == 6
+    wrong = Namespace(
+        envs=1,
+        trial_len=200,
+        early=50,
+        late=100,
+        agents="oracle",
+        seed=0,
+        config="configs/memo_key_door.yaml",
+        output=str(tmp_path),
+        json=True,
+    )
+    with pytest.raises(ValueError, match="memrl/ObjNav-v0"):
+        run(wrong)
+    assert not any(tmp_path.iterdir())
