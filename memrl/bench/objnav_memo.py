@@ -1,8 +1,8 @@
 """Memo / FCT / RMT policies on long ObjNav-lite trials: SR and SPL per in-context episode index.
 
-Evaluates trained checkpoints (``memrl train configs/objnav_{memo,fct,rmt}.yaml``) on trials much
-longer than the training ones (default 32,000 steps vs 4,096), as the Memo paper does, and reports
-per policy variant:
+Evaluates trained checkpoints (``memrl train configs/objnav_{memo,fct,rmt,mlp}.yaml``) on trials
+much longer than the training ones (default 32,000 steps vs 4,096), as the Memo paper does, and
+reports per policy variant:
 
 - success rate and SPL of inner episodes grouped by their index in the trial (``--buckets``, e.g.
   0, 1-4, 5-19, 20+): an agent that remembers the layout gets better after its first episodes;
@@ -15,7 +15,9 @@ Streaming variants reuse a run's trained weights with another cache policy at ev
 ``--fct-window W`` adds ``fct-window`` for FCT runs (attend to the last W steps only), and
 ``--memo-cap N`` adds ``memo-stream`` for Memo runs (keep the newest N summary blocks). A
 ``random`` row (uniform actions) is the floor, an ``oracle`` row (the map-knowing shortest-path
-agent, ``ObjNavVec.oracle_actions``) the ceiling.
+agent, ``ObjNavVec.oracle_actions``) the ceiling. A run of the memoryless MLP
+(``configs/objnav_mlp.yaml``, RLlib's default PPO module) is evaluated the same way, as the ``mlp``
+row: what the same training gives without memory.
 
 The loop steps ``ObjNavVec`` (the batched core the gym env wraps: the same task) and the module's
 ``forward_inference``/``forward_exploration`` with ``memo_trial_t`` directly, without an RLlib env
@@ -42,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="DIR",
-        help="run directory of a memo/fct/rmt run, or a checkpoint in one (repeatable)",
+        help="run directory of a memo/fct/rmt/mlp run, or a checkpoint in one (repeatable)",
     )
     parser.add_argument("--trial-len", type=int, default=32000, help="evaluation trial length")
     parser.add_argument("--trials", type=int, default=4, help="trials per variant (run batched)")
@@ -117,7 +119,8 @@ class EpisodeLog:
 
 
 def load_policy(run: str, overrides: dict[str, Any]) -> tuple[Any, dict[str, Any], str, int]:
-    """A run's newest (or the given) checkpoint as a MemoRLModule with model overrides.
+    """A run's newest (or the given) checkpoint as a MemoRLModule with model overrides, or, for an
+    MLP run, as the RLlib module it trained (``overrides`` do not apply; mode "mlp").
 
     Returns:
         (module, env config of the run, mode, checkpoint iteration)
@@ -127,15 +130,25 @@ def load_policy(run: str, overrides: dict[str, Any]) -> tuple[Any, dict[str, Any
     from memrl.envs import make_env
     from memrl.experiment.config import parse_config
     from memrl.experiment.evaluate import resolve_checkpoint
+    from memrl.methods.baselines import MLPModel
     from memrl.methods.memo.rlmodule import MemoRLModule
     from memrl.methods.memo.settings import MemoModelSettings
 
     run_dir, ckpt = resolve_checkpoint(run)
     exp = parse_config(yaml.safe_load(run_dir.read_text("config.yaml")))
+    iteration = int(ckpt.name.rsplit("_", 1)[-1])
+    module_dir = ckpt / "learner_group" / "learner" / "rl_module" / "default_policy"
+    if isinstance(exp.model, MLPModel):
+        from ray.rllib.core.rl_module.rl_module import RLModule
+
+        module = RLModule.from_checkpoint(module_dir)
+        module.eval()
+        return module, dict(exp.env.config), "mlp", iteration
     if not isinstance(exp.model, MemoModelSettings):
         raise ValueError(
-            f"{run}: model type {type(exp.model).__name__} is not memo; this benchmark "
-            "evaluates memo/fct/rmt runs (model: {type: memo})"
+            f"{run}: model type {type(exp.model).__name__} is neither memo nor mlp; this "
+            "benchmark evaluates memo/fct/rmt runs (model: {type: memo}) and MLP runs "
+            "(model: {type: mlp})"
         )
     env = make_env(exp.env.id, exp.env.config)
     try:
@@ -146,9 +159,8 @@ def load_policy(run: str, overrides: dict[str, Any]) -> tuple[Any, dict[str, Any
     module = MemoRLModule(
         observation_space=obs_space, action_space=act_space, model_config=model_config
     )
-    module.restore_from_path(ckpt / "learner_group" / "learner" / "rl_module" / "default_policy")
+    module.restore_from_path(module_dir)
     module.eval()
-    iteration = int(ckpt.name.rsplit("_", 1)[-1])
     return module, dict(exp.env.config), exp.model.mode, iteration
 
 
@@ -206,6 +218,10 @@ def run_trials(
     row = log.summary(_buckets(args.buckets), train_len, args.late_start, args.trials)
     if baseline is not None:
         row.update(context_tokens=0, kv_bytes=0, ms_per_step=None)
+    elif not hasattr(module, "keeper"):  # the memoryless MLP: no cache
+        row.update(
+            context_tokens=0, kv_bytes=0, ms_per_step=round(1000 * seconds / args.trial_len, 2)
+        )
     else:
         cache = module.keeper.cache
         row.update(

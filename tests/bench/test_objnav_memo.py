@@ -126,6 +126,36 @@ def test_bench_evaluates_a_trained_run(tmp_path):
     assert (tmp_path / "out" / "objnav-memo-buckets.png").is_file()
 
 
+@pytest.mark.slow
+def test_bench_evaluates_a_memoryless_mlp_run(tmp_path):
+    from memrl.experiment.config import parse_config
+    from memrl.experiment.train import train
+
+    exp = parse_config(
+        {
+            "name": "tiny_mlp",
+            "env": {"id": "memrl/ObjNav-v0", "config": ENV},
+            "algorithm": {"name": "ppo", "train_batch_size": 48, "minibatch_size": 48},
+            "model": {"type": "mlp", "hiddens": [16]},
+            "resources": {"num_env_runners": 0, "num_envs_per_env_runner": 2},
+            "run": {"stop_iters": 1, "checkpoint_every": 1},
+        }
+    )
+    run_dir = train(exp, run_dir=tmp_path / "run", echo=lambda *a: None)
+    args = _args(
+        "--run", str(run_dir.path), "--trial-len", "96", "--trials", "2", "--greedy",
+        "--late-start", "50", "--no-baselines", "--output", str(tmp_path / "out"),
+    )  # fmt: skip
+    assert objnav_memo.run(args) == 0
+    table = pd.read_parquet(tmp_path / "out" / "objnav-memo.parquet")
+    assert table["variant"].tolist() == ["mlp"]
+    row = table.iloc[0]
+    assert row["context_tokens"] == 0 and row["kv_bytes"] == 0 and row["ms_per_step"] > 0
+    # The greedy MLP is a fixed map from observation to action: a second run repeats it exactly.
+    again = objnav_memo.run_trials(objnav_memo.load_policy(str(run_dir.path), {})[0], ENV, args)
+    assert again["episodes_per_trial"] == row["episodes_per_trial"]
+
+
 def test_append_keeps_other_variants_of_an_earlier_report(tmp_path):
     path = tmp_path / "objnav-memo.parquet"
     old = [{"variant": "memo", "SR all": 0.1}, {"variant": "random", "SR all": None}]
