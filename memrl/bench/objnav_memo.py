@@ -51,6 +51,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=12345, help="env seed (layouts, starts)")
     parser.add_argument("--buckets", default="0,1,5,20", help="first index of each index bucket")
     parser.add_argument("--late-start", type=int, default=6000, help="'late' episodes start here")
+    parser.add_argument(
+        "--early-end", type=int, default=1024, help="'early' episodes start before this step"
+    )
     parser.add_argument("--fct-window", type=int, default=1024, help="streaming FCT window (0: no)")
     parser.add_argument(
         "--memo-cap", type=int, default=0, help="streaming Memo: summary blocks kept (0: no)"
@@ -95,9 +98,15 @@ class EpisodeLog:
             self.start[i] = t + 1
 
     def summary(
-        self, buckets: list[int], train_len: int, late_start: int, trials: int
+        self,
+        buckets: list[int],
+        train_len: int,
+        late_start: int,
+        trials: int,
+        early_end: int | None = None,
     ) -> dict[str, Any]:
-        """SR / SPL per index bucket and per start-time range, and episodes per trial."""
+        """SR / SPL per index bucket and per start-time range (t < early_end when given,
+        t < train_len, t >= late_start), and episodes per trial."""
         out: dict[str, Any] = {"episodes_per_trial": round(len(self.rows) / trials, 1)}
         edges = [*buckets, None]
         groups: list[tuple[str, Any]] = []
@@ -106,6 +115,8 @@ class EpisodeLog:
                 f"ep{lo}" if hi == lo + 1 else (f"ep{lo}+" if hi is None else f"ep{lo}-{hi - 1}")
             )
             groups.append((label, lambda r, lo=lo, hi=hi: r[0] >= lo and (hi is None or r[0] < hi)))
+        if early_end is not None and early_end != train_len:
+            groups.append((f"t<{early_end}", lambda r: r[1] < early_end))
         groups.append((f"t<{train_len}", lambda r: r[1] < train_len))
         groups.append((f"t>={late_start}", lambda r: r[1] >= late_start))
         for label, keep in groups:
@@ -215,7 +226,14 @@ def run_trials(
             logger.info("step %d/%d", t + 1, args.trial_len)
     assert bool(result.trial_done.all()), "every trial ends at trial_len"
     train_len = int(env_config.get("trial_len", 4096))
-    row = log.summary(_buckets(args.buckets), train_len, args.late_start, args.trials)
+    row = log.summary(
+        _buckets(args.buckets), train_len, args.late_start, args.trials, args.early_end
+    )
+    # Successes per 1000 steps from late_start on: per-episode SR alone flatters a policy that
+    # rarely stops; this counts what a trial's late steps yield (the scripted references' unit).
+    late_steps = max(args.trial_len - args.late_start, 1) * args.trials
+    late_successes = sum(r[2] for r in log.rows if r[1] >= args.late_start)
+    row[f"successes_per_1k t>={args.late_start}"] = round(1000 * late_successes / late_steps, 2)
     if baseline is not None:
         row.update(context_tokens=0, kv_bytes=0, ms_per_step=None)
     elif not hasattr(module, "keeper"):  # the memoryless MLP: no cache

@@ -14,12 +14,14 @@ map the agents are trained on; without it the env's defaults are used.
 from __future__ import annotations
 
 import argparse
+import logging
 import time
 from typing import Any
 
 from memrl.experiment.report import Plot, add_output_arguments, write_report
 
 NAME = "objnav-refs"
+logger = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -72,6 +74,8 @@ def measure(kind: str, args: argparse.Namespace) -> list[dict[str, Any]]:
             starts.append(t + 1 - int(result.episode_length[i]))
             success.append(bool(result.success[i]))
             spl.append(float(result.spl[i]))
+        if t % 4000 == 3999:
+            logger.info("%s: step %d/%d", kind, t + 1, args.trial_len)
     seconds = time.perf_counter() - t0
     starts_a, success_a, spl_a = np.array(starts), np.array(success), np.array(spl)
     rows = []

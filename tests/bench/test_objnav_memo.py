@@ -49,6 +49,11 @@ def test_episode_log_groups_by_index_and_start_time():
     assert row["SR all"] == 0.4
     groups = {r["group"] for r in objnav_memo.bucket_rows([{"variant": "x", **row}])}
     assert groups == {"ep0", "ep1", "ep2+", "t<5", "t>=10"}
+    # An early cut of its own: the episodes that start before it (env 0's and env 1's index 0).
+    early = log.summary([0], train_len=5, late_start=10, trials=2, early_end=1)
+    assert early["SR t<1"] == 0.5 and early["SR t<5"] == 0.5 and early["SR t>=10"] == 0.0
+    early = log.summary([0], train_len=5, late_start=10, trials=2, early_end=5)
+    assert "SR t<5" in early and len([k for k in early if k.startswith("SR t<")]) == 1
 
 
 def test_bad_buckets_and_variants():
@@ -90,6 +95,8 @@ def test_trials_report_episodes_and_the_cache_held_at_the_end(mode, extra, token
     assert row["kv_bytes"] == tokens * 1 * 2 * 16 * 4
     oracle = objnav_memo.run_trials(None, ENV, args, baseline="oracle")
     assert oracle["SR all"] == 1.0 and oracle["context_tokens"] == 0
+    # Every oracle episode succeeds, so late successes per 1000 steps are its late episodes' rate.
+    assert oracle["successes_per_1k t>=20"] > 1000 / ENV["episode_len"]
 
 
 @pytest.mark.slow
