@@ -17,6 +17,9 @@ from ray.rllib.callbacks.callbacks import RLlibCallback
 
 MAX_INDEXED = 10
 """Inner-episode indices reported one by one (later ones go into ``inner_return_later``)."""
+SPREAD_INDEXED = 5
+"""Indices whose mean squared return is logged too (``inner_return_sq_<k>``): with the mean it
+gives the spread the training summary needs to tell a memory gain from noise."""
 
 
 class InnerEpisodeMetrics(RLlibCallback):
@@ -57,6 +60,10 @@ class InnerEpisodeMetrics(RLlibCallback):
         success = [ok for _, ok in ends]
         for k, ret in enumerate(returns[:MAX_INDEXED]):
             metrics_logger.log_value(f"inner_return_{k}", ret, reduce="mean", window=100)
+            if k < SPREAD_INDEXED:
+                metrics_logger.log_value(
+                    f"inner_return_sq_{k}", ret * ret, reduce="mean", window=100
+                )
         if len(returns) > MAX_INDEXED:
             later = returns[MAX_INDEXED:]
             metrics_logger.log_value(

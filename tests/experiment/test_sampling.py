@@ -48,6 +48,11 @@ def test_inner_episodes_counted_once_across_chunks(mode):
         trial_return = sum(float(np.sum(c.get_rewards())) for c in trial)
         k = int(stats["inner_episodes"])
         returns = [stats[f"inner_return_{i}"] for i in range(min(k, 10))]
+        # One trial: the mean square of index k is its return squared (the summary's spread).
+        for i in range(min(k, 5)):
+            assert float(stats[f"inner_return_sq_{i}"].peek()) == pytest.approx(
+                float(returns[i].peek()) ** 2
+            )
         if k <= 10:
             assert sum(returns) == pytest.approx(trial_return)
 

@@ -52,3 +52,24 @@ def test_success_line_is_absent_where_the_env_states_no_bound():
     assert success_line(_success_rows(0.96), "memrl/DarkKeyToDoor-v0") is None
     rows = [{"inner_return_0": 1.0}] * 5
     assert success_line(rows, "memrl/MemoryCorridor-v0") is None
+
+
+def _spread_rows(first: float, later: float, var: float) -> list[dict[str, float]]:
+    row = {"num_episodes": 40.0, "inner_return_0": first, "inner_return_sq_0": first**2 + var}
+    for k in (1, 2):
+        row |= {f"inner_return_{k}": later, f"inner_return_sq_{k}": later**2 + var}
+    return [row] * 20
+
+
+def test_memory_line_tells_a_gain_from_noise():
+    # 100 trials in the window; noise = 2 * sqrt((var + var) / 100).
+    clear = memory_line(_spread_rows(1.0, 1.5, 0.25))
+    assert "(+0.50, noise +-0.14 over the last 3 iterations)" in clear
+    assert "does better once it has seen the layout" in clear
+    noisy = memory_line(_spread_rows(1.0, 1.5, 4.0))
+    assert "(+0.50, noise +-0.57" in noisy and "no clear sign of memory use" in noisy
+    # A negative first return: the absolute gain decides, not a percentage of it.
+    assert "does better" in memory_line(_spread_rows(-1.0, -0.5, 0.25))
+    # Few trials: the window holds what was seen, so the same gain is noise.
+    few = [dict(r, num_episodes=0.25) for r in _spread_rows(1.0, 1.5, 0.25)]
+    assert "noise +-0.63" in memory_line(few) and "no clear sign" in memory_line(few)

@@ -43,7 +43,7 @@ def test_train_writes_a_complete_run_dir_and_eval_reads_it(tmp_path):
     assert saved["resources"]["num_envs_per_env_runner"] == 2  # fully resolved, defaults filled
     df = pd.read_parquet(run / "metrics.parquet")
     assert REQUIRED_COLUMNS <= set(df.columns)
-    assert {"inner_return_0", "inner_success_rate"} <= set(df.columns)  # callbacks wired
+    assert {"inner_return_0", "inner_return_sq_0", "inner_success_rate"} <= set(df.columns)
     assert list(df.training_iteration) == [1, 2] and list(df.env_steps_sampled) == [400, 800]
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["iter_000001", "iter_000002"]
     assert any(p.name.startswith("events.out.tfevents") for p in (run / "tb").iterdir())
