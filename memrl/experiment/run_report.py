@@ -168,8 +168,14 @@ def glance(data: dict[str, Any]) -> list[tuple[str, str]]:
     if inner is not None:
         source, values = inner
         first, later = values[0], sum(values[1:]) / len(values[1:])
-        # A clear gain only: with a handful of trials, small differences are noise.
+        # A clear gain only: with a handful of trials, small differences are noise; from
+        # training metrics that carry the returns' spread, it must also pass the summary's rule.
         used = later >= first + max(MEMORY_GAIN, MEMORY_GAIN * abs(first))
+        if used and not source.startswith("evaluation"):
+            from memrl.experiment.memory_verdict import recent_gain_noise
+
+            noise = recent_gain_noise(frame.to_dict("records"))
+            used = noise is None or later - first > noise
         verdict = "The agent uses its memory" if used else "No clear sign of memory use"
         lines.append(
             (

@@ -421,98 +421,14 @@ def summary_table(
     table = format_table(summary)
     if inner:
         table += "\n\nReturn per inner-episode index (last iteration):\n" + format_table([inner])
+    from memrl.experiment.memory_verdict import memory_line, success_line
+
     line = memory_line(rows)
     if line is None and env_id is not None:
         line = success_line(rows, env_id)
     if line:
         table += "\n\n" + line
     return table
-
-
-def _recent_mean(rows: list[dict[str, Any]]) -> tuple[int, Any]:
-    """(how many rows, mean of a key over them) for the last iterations: a tenth, at least 3."""
-    recent = rows[-max(3, len(rows) // 10) :]
-
-    def mean_of(key: str) -> float:
-        values = [r[key] for r in recent if key in r and math.isfinite(r[key])]
-        return sum(values) / len(values) if values else math.nan
-
-    return len(recent), mean_of
-
-
-def success_line(rows: list[dict[str, Any]], env_id: str) -> str | None:
-    """One sentence on memory use for envs that state the best success without memory (the
-    corridor's coin flip): the agent's inner-episode success over the last iterations against it."""
-    from memrl.envs import memoryless_success
-
-    bound = memoryless_success(env_id)
-    if bound is None:
-        return None
-    n, mean_of = _recent_mean(rows)
-    success = mean_of("inner_success_rate")
-    if not math.isfinite(success):
-        return None
-    head = (
-        f"memory: success {success:.1%} over the last {n} iterations, against {bound:.0%} at best "
-        "for a policy without memory"
-    )
-    if success >= bound + 0.5 * (1.0 - bound):
-        return head + ": the agent recalls what it saw earlier in the trial."
-    return head + ": no clear sign of memory use yet (train longer, or see docs/memo.md)."
-
-
-def memory_line(rows: list[dict[str, Any]]) -> str | None:
-    """One sentence on memory use for envs with inner episodes: the return of inner episodes 1-4
-    against the first one of the same trials, over the last iterations (a tenth, at least 3).
-
-    Where the rows carry mean squared returns (``inner_return_sq_<k>``, logged over the same
-    100-trial window as the means), a gain counts only when it exceeds two standard errors of the
-    difference, so a noisy task (few trials, returns that swing) is not read as memory use."""
-    n_recent, mean_of = _recent_mean(rows)
-    first = mean_of("inner_return_0")
-    indices = [k for k in range(1, 5) if math.isfinite(mean_of(f"inner_return_{k}"))]
-    if not math.isfinite(first) or not indices:
-        return None
-    later_mean = sum(mean_of(f"inner_return_{k}") for k in indices) / len(indices)
-    gain = later_mean - first
-    which = "1" if len(indices) == 1 else f"1-{indices[-1]}"
-    head = (
-        f"memory: later inner episodes ({which}) return {later_mean:.2f} on average against "
-        f"{first:.2f} for the first one of the same trials"
-    )
-    noise = _gain_noise(rows, mean_of, indices)
-    if noise is None:
-        change = gain / abs(first) if first else math.inf
-        head += f" ({change:+.0%}, last {n_recent} iterations)"
-        clear = change >= 0.1
-    else:
-        head += f" ({gain:+.2f}, noise +-{noise:.2f} over the last {n_recent} iterations)"
-        clear = gain > noise and gain >= 0.1 * abs(first)
-    if clear:
-        return head + (
-            ": the agent does better once it has seen the layout (without memory the two "
-            "would be equal)."
-        )
-    return head + ": no clear sign of memory use yet (with memory, later ones do better)."
-
-
-def _gain_noise(rows: list[dict[str, Any]], mean_of: Any, indices: list[int]) -> float | None:
-    """Two standard errors of (mean of later indices - first), from the windowed mean squares;
-    None when the rows do not carry them (runs logged before they were added)."""
-    trials = sum(r.get("num_episodes", 0.0) or 0.0 for r in rows)
-    n = min(100.0, trials)
-    if n < 2:
-        return None
-    variances = []
-    for k in [0, *indices]:
-        sq = mean_of(f"inner_return_sq_{k}")
-        if not math.isfinite(sq):
-            return None
-        variances.append(max(sq - mean_of(f"inner_return_{k}") ** 2, 0.0))
-    # Later indices come from the same trials, so their errors are not independent: take their
-    # mean variance as the later mean's (an upper bound) rather than dividing it by their count.
-    later_var = sum(variances[1:]) / len(indices)
-    return 2.0 * math.sqrt((variances[0] + later_var) / n)
 
 
 def train(

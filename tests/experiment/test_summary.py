@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from memrl.envs import memoryless_success
-from memrl.experiment.train import memory_line, success_line
+from memrl.experiment.memory_verdict import memory_line, success_line
 
 
 def _rows(first: float, later: float, n: int = 20) -> list[dict[str, float]]:

@@ -30,8 +30,9 @@ MEM1_CONFIG = {
 }
 
 
-def key_door_rows(n: int = 30, memory: bool = True) -> list[dict]:
-    """Metrics rows whose later inner episodes beat the first (memory) or do not."""
+def key_door_rows(n: int = 30, memory: bool = True, spread: float | None = None) -> list[dict]:
+    """Metrics rows whose later inner episodes beat the first (memory) or do not; with
+    ``spread``, also the mean squared returns of a task with that variance (40 trials a row)."""
     rng = np.random.default_rng(0)
     rows = []
     for i in range(n):
@@ -51,6 +52,10 @@ def key_door_rows(n: int = 30, memory: bool = True) -> list[dict]:
         }
         for k in range(1, 5):
             row[f"inner_return_{k}"] = later + rng.normal(0, 0.05)
+        if spread is not None:
+            row["num_episodes"] = 40.0
+            for k in range(5):
+                row[f"inner_return_sq_{k}"] = row[f"inner_return_{k}"] ** 2 + spread
         rows.append(row)
     return rows
 

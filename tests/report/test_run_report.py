@@ -8,7 +8,7 @@ import re
 import pandas as pd
 import pytest
 from memrl_testing import memrl_cli
-from report_helpers import make_key_door_run, make_mem1_run, mem1_rows
+from report_helpers import key_door_rows, make_key_door_run, make_mem1_run, mem1_rows
 
 from memrl.experiment.run_plots import draw_training, training_panels, x_axis
 from memrl.experiment.run_report import collect, glance, write_run_report
@@ -42,6 +42,16 @@ def test_glance_says_whether_memory_was_used(tmp_path):
     training_only = glance(collect(make_key_door_run(tmp_path / "c", evaluated=False)))
     assert any("last tenth of training" in s and cls == "verdict-yes" for cls, s in training_only)
     assert any("memrl eval" in s for _, s in training_only)
+
+
+@pytest.mark.parametrize("spread, verdict", [(0.01, "verdict-yes"), (25.0, "verdict-no")])
+def test_glance_from_training_needs_the_gain_above_its_noise(tmp_path, spread, verdict):
+    # The same means (later inner episodes ~0.9 above the first); only the returns' spread
+    # differs: 2 standard errors over 100 trials are 0.03 and 1.4.
+    run = make_key_door_run(tmp_path, memory=True, evaluated=False)
+    pd.DataFrame(key_door_rows(memory=True, spread=spread)).to_parquet(run / "metrics.parquet")
+    lines = glance(collect(run))
+    assert any(cls == verdict and "last tenth of training" in s for cls, s in lines), lines
 
 
 @pytest.mark.parametrize("success, verdict", [(0.97, "verdict-yes"), (0.55, "verdict-no")])
