@@ -56,14 +56,17 @@ def env_settings(config_path: str | None) -> dict[str, Any]:
     return dict(exp.env.config)
 
 
-def measure(kind: str, args: argparse.Namespace) -> list[dict[str, Any]]:
+def measure(
+    kind: str, args: argparse.Namespace, settings: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    """Rows (early, late) of one agent; ``settings``: env.config (see ``env_settings``)."""
     import numpy as np
 
     from memrl.envs.objnav import ObjNavConfig, ObjNavVec
     from memrl.envs.objnav.agents import ObjNavAgents
 
-    settings = {**env_settings(args.config), "seed": args.seed, "trial_len": args.trial_len}
-    vec = ObjNavVec(args.envs, ObjNavConfig.from_kwargs(settings))
+    config = {**(settings or {}), "seed": args.seed, "trial_len": args.trial_len}
+    vec = ObjNavVec(args.envs, ObjNavConfig.from_kwargs(config))
     vec.reset()
     agent = ObjNavAgents(kind, vec)
     starts, success, spl = [], [], []
@@ -106,10 +109,10 @@ def run(args: argparse.Namespace) -> int:
             f"need 0 < --early <= --late < --trial-len, got {args.early}, {args.late}, "
             f"{args.trial_len}"
         )
-    env_settings(args.config)  # a wrong config fails before any agent runs
+    settings = env_settings(args.config)  # a wrong config fails before any agent runs
     rows = []
     for kind in (a.strip() for a in args.agents.split(",") if a.strip()):
-        rows += measure(kind, args)
+        rows += measure(kind, args, settings)
     write_report(
         NAME,
         rows,

@@ -44,9 +44,15 @@ def success_line(rows: list[dict[str, Any]], env_id: str) -> str | None:
         f"memory: success {success:.1%} over the last {n} iterations, against {bound:.0%} at best "
         "for a policy without memory"
     )
-    if success >= bound + 0.5 * (1.0 - bound):
+    if recalls(success, bound):
         return head + ": the agent recalls what it saw earlier in the trial."
     return head + ": no clear sign of memory use yet (train longer, or see docs/memo.md)."
+
+
+def recalls(success: float, bound: float) -> bool:
+    """Whether a success rate shows memory use against the best one without memory: at least
+    halfway from that bound to 1 (the corridor: 75%)."""
+    return success >= bound + 0.5 * (1.0 - bound)
 
 
 def memory_line(rows: list[dict[str, Any]]) -> str | None:
@@ -68,7 +74,7 @@ def memory_line(rows: list[dict[str, Any]]) -> str | None:
         f"memory: later inner episodes ({which}) return {later_mean:.2f} on average against "
         f"{first:.2f} for the first one of the same trials"
     )
-    noise = _gain_noise(rows, mean_of, indices)
+    noise = recent_gain_noise(rows)
     if noise is None:
         change = gain / abs(first) if first else math.inf
         head += f" ({change:+.0%}, last {n_recent} iterations)"
@@ -84,12 +90,15 @@ def memory_line(rows: list[dict[str, Any]]) -> str | None:
     return head + ": no clear sign of memory use yet (with memory, later ones do better)."
 
 
-def _gain_noise(rows: list[dict[str, Any]], mean_of: Any, indices: list[int]) -> float | None:
-    """Two standard errors of (mean of later indices - first), from the windowed mean squares;
-    None when the rows do not carry them (runs logged before they were added)."""
+def recent_gain_noise(rows: list[dict[str, Any]]) -> float | None:
+    """Two standard errors of (mean of later inner episodes 1-4 - first) over the last
+    iterations, from the windowed mean squares; None when the rows do not carry them (runs
+    logged before they were added) or hold no inner episodes."""
+    _, mean_of = _recent_mean(rows)
+    indices = [k for k in range(1, 5) if math.isfinite(mean_of(f"inner_return_{k}"))]
     trials = sum(r.get("num_episodes", 0.0) or 0.0 for r in rows)
     n = min(100.0, trials)
-    if n < 2:
+    if n < 2 or not indices:
         return None
     variances = []
     for k in [0, *indices]:
@@ -101,11 +110,3 @@ def _gain_noise(rows: list[dict[str, Any]], mean_of: Any, indices: list[int]) ->
     # mean variance as the later mean's (an upper bound) rather than dividing it by their count.
     later_var = sum(variances[1:]) / len(indices)
     return 2.0 * math.sqrt((variances[0] + later_var) / n)
-
-
-def recent_gain_noise(rows: list[dict[str, Any]]) -> float | None:
-    """Two standard errors of (later inner episodes - first) over the last iterations, or None
-    when the rows carry no mean squares (see ``memory_line``)."""
-    _, mean_of = _recent_mean(rows)
-    indices = [k for k in range(1, 5) if math.isfinite(mean_of(f"inner_return_{k}"))]
-    return _gain_noise(rows, mean_of, indices) if indices else None

@@ -30,6 +30,7 @@ from typing import Any
 
 import yaml
 
+from memrl.experiment.memory_verdict import recalls, recent_gain_noise
 from memrl.experiment.report import format_number
 
 logger = logging.getLogger(__name__)
@@ -172,8 +173,6 @@ def glance(data: dict[str, Any]) -> list[tuple[str, str]]:
         # training metrics that carry the returns' spread, it must also pass the summary's rule.
         used = later >= first + max(MEMORY_GAIN, MEMORY_GAIN * abs(first))
         if used and not source.startswith("evaluation"):
-            from memrl.experiment.memory_verdict import recent_gain_noise
-
             noise = recent_gain_noise(frame.to_dict("records"))
             used = noise is None or later - first > noise
         verdict = "The agent uses its memory" if used else "No clear sign of memory use"
@@ -238,7 +237,7 @@ def _success_against_memoryless(data: dict[str, Any], frame: Any) -> tuple[str, 
     if not len(tail):
         return None
     success = float(tail.mean())
-    used = success >= bound + 0.5 * (1.0 - bound)
+    used = recalls(success, bound)
     verdict = "The agent uses its memory" if used else "No clear sign of memory use"
     return (
         "verdict-yes" if used else "verdict-no",

@@ -37,6 +37,7 @@ import yaml
 
 from memrl.experiment.build import build_algorithm_config, check_resources, validate_env
 from memrl.experiment.config import ExperimentConfig, parse_config
+from memrl.experiment.memory_verdict import memory_line, success_line
 from memrl.experiment.ray_session import ray_session
 from memrl.experiment.replay import REPLAY_ENVS
 from memrl.experiment.run_plots import plot_training_png
@@ -421,8 +422,6 @@ def summary_table(
     table = format_table(summary)
     if inner:
         table += "\n\nReturn per inner-episode index (last iteration):\n" + format_table([inner])
-    from memrl.experiment.memory_verdict import memory_line, success_line
-
     line = memory_line(rows)
     if line is None and env_id is not None:
         line = success_line(rows, env_id)

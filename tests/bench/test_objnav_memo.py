@@ -99,26 +99,28 @@ def test_trials_report_episodes_and_the_cache_held_at_the_end(mode, extra, token
     assert oracle["successes_per_1k t>=20"] > 1000 / ENV["episode_len"]
 
 
-@pytest.mark.slow
-def test_bench_evaluates_a_trained_run(tmp_path):
+def _train_tiny(tmp_path, name: str, model: dict):
+    """A one-iteration ObjNav run of ``model`` (its run directory)."""
     from memrl.experiment.config import parse_config
     from memrl.experiment.train import train
 
     exp = parse_config(
         {
-            "name": "tiny_memo",
+            "name": name,
             "env": {"id": "memrl/ObjNav-v0", "config": ENV},
             "algorithm": {"name": "ppo", "train_batch_size": 48, "minibatch_size": 48},
-            "model": {
-                **TINY_MEMO,
-                "l_sum": 4,
-                "partial_update_steps": 24,
-            },
+            "model": model,
             "resources": {"num_env_runners": 0, "num_envs_per_env_runner": 2},
             "run": {"stop_iters": 1, "checkpoint_every": 1},
         }
     )
-    run_dir = train(exp, run_dir=tmp_path / "run", echo=lambda *a: None)
+    return train(exp, run_dir=tmp_path / "run", echo=lambda *a: None)
+
+
+@pytest.mark.slow
+def test_bench_evaluates_a_trained_run(tmp_path):
+    model = {**TINY_MEMO, "l_sum": 4, "partial_update_steps": 24}
+    run_dir = _train_tiny(tmp_path, "tiny_memo", model)
     args = _args(
         "--run", str(run_dir.path), "--trial-len", "96", "--trials", "2", "--memo-cap", "2",
         "--late-start", "50", "--output", str(tmp_path / "out"),
@@ -135,20 +137,7 @@ def test_bench_evaluates_a_trained_run(tmp_path):
 
 @pytest.mark.slow
 def test_bench_evaluates_a_memoryless_mlp_run(tmp_path):
-    from memrl.experiment.config import parse_config
-    from memrl.experiment.train import train
-
-    exp = parse_config(
-        {
-            "name": "tiny_mlp",
-            "env": {"id": "memrl/ObjNav-v0", "config": ENV},
-            "algorithm": {"name": "ppo", "train_batch_size": 48, "minibatch_size": 48},
-            "model": {"type": "mlp", "hiddens": [16]},
-            "resources": {"num_env_runners": 0, "num_envs_per_env_runner": 2},
-            "run": {"stop_iters": 1, "checkpoint_every": 1},
-        }
-    )
-    run_dir = train(exp, run_dir=tmp_path / "run", echo=lambda *a: None)
+    run_dir = _train_tiny(tmp_path, "tiny_mlp", {"type": "mlp", "hiddens": [16]})
     args = _args(
         "--run", str(run_dir.path), "--trial-len", "96", "--trials", "2", "--greedy",
         "--late-start", "50", "--no-baselines", "--output", str(tmp_path / "out"),
