@@ -16,6 +16,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
+# Without a measured spread, a gain must be at least this (absolute, and relative to the first
+# inner episode's return) to count as memory use.
+BLIND_GAIN = 0.25
+
 
 def _recent_mean(rows: list[dict[str, Any]]) -> tuple[int, Any]:
     """(how many rows, mean of a key over them) for the last iterations: a tenth, at least 3."""
@@ -76,18 +80,28 @@ def memory_line(rows: list[dict[str, Any]]) -> str | None:
     )
     noise = recent_gain_noise(rows)
     if noise is None:
-        change = gain / abs(first) if first else math.inf
-        head += f" ({change:+.0%}, last {n_recent} iterations)"
-        clear = change >= 0.1
+        change = f"{gain / abs(first):+.0%}" if first else f"{gain:+.2f}"
+        head += f" ({change}, last {n_recent} iterations)"
     else:
         head += f" ({gain:+.2f}, noise +-{noise:.2f} over the last {n_recent} iterations)"
-        clear = gain > noise and gain >= 0.1 * abs(first)
-    if clear:
+    if gain_is_clear(first, later_mean, noise):
         return head + (
             ": the agent does better once it has seen the layout (without memory the two "
             "would be equal)."
         )
     return head + ": no clear sign of memory use yet (with memory, later ones do better)."
+
+
+def gain_is_clear(first: float, later: float, noise: float | None) -> bool:
+    """Whether later inner episodes beat the first one by more than chance: by at least 10% of
+    the first's size and, where the returns' spread is known, by more than ``noise`` (two
+    standard errors of the difference). Where it is not (an evaluation's means over a handful of
+    trials, runs logged before the spread was), a stricter floor stands in for it: at least 0.25
+    and 25% of the first's size."""
+    gain = later - first
+    if noise is not None:
+        return gain > noise and gain >= 0.1 * abs(first)
+    return gain >= max(BLIND_GAIN, BLIND_GAIN * abs(first))
 
 
 def recent_gain_noise(rows: list[dict[str, Any]]) -> float | None:

@@ -30,15 +30,12 @@ from typing import Any
 
 import yaml
 
-from memrl.experiment.memory_verdict import recalls, recent_gain_noise
+from memrl.experiment.memory_verdict import gain_is_clear, recalls, recent_gain_noise
 from memrl.experiment.report import format_number
 
 logger = logging.getLogger(__name__)
 
 REPORT_NAME = "report.html"
-MEMORY_GAIN = 0.25
-"""Gain of later inner episodes over the first (absolute, and relative to the first) that the
-summary calls memory use."""
 TRANSCRIPT_LIMIT = 50
 """Episodes of a transcripts file embedded in the page (the list says how many there are)."""
 
@@ -169,12 +166,12 @@ def glance(data: dict[str, Any]) -> list[tuple[str, str]]:
     if inner is not None:
         source, values = inner
         first, later = values[0], sum(values[1:]) / len(values[1:])
-        # A clear gain only: with a handful of trials, small differences are noise; from
-        # training metrics that carry the returns' spread, it must also pass the summary's rule.
-        used = later >= first + max(MEMORY_GAIN, MEMORY_GAIN * abs(first))
-        if used and not source.startswith("evaluation"):
+        # The summary's rule: from training metrics that carry the returns' spread, the gain
+        # must beat its noise; from an evaluation's few trials, a fixed floor stands in for it.
+        noise = None
+        if not source.startswith("evaluation"):
             noise = recent_gain_noise(frame.to_dict("records"))
-            used = noise is None or later - first > noise
+        used = gain_is_clear(first, later, noise)
         verdict = "The agent uses its memory" if used else "No clear sign of memory use"
         lines.append(
             (

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from memrl.envs import memoryless_success
-from memrl.experiment.memory_verdict import memory_line, success_line
+from memrl.experiment.memory_verdict import gain_is_clear, memory_line, success_line
 
 
 def _rows(first: float, later: float, n: int = 20) -> list[dict[str, float]]:
@@ -73,3 +73,16 @@ def test_memory_line_tells_a_gain_from_noise():
     # Few trials: the window holds what was seen, so the same gain is noise.
     few = [dict(r, num_episodes=0.25) for r in _spread_rows(1.0, 1.5, 0.25)]
     assert "noise +-0.63" in memory_line(few) and "no clear sign" in memory_line(few)
+
+
+def test_gain_without_a_spread_needs_the_blind_floor():
+    # No mean squares logged: a quarter of the first's size (and 0.25) must be gained.
+    assert gain_is_clear(1.0, 1.3, None) and not gain_is_clear(1.0, 1.2, None)
+    assert gain_is_clear(-2.0, -1.4, None) and not gain_is_clear(-2.0, -1.6, None)
+    # A first inner episode at zero: the absolute floor decides; a loss is never a gain.
+    assert gain_is_clear(0.0, 0.3, None) and not gain_is_clear(0.0, -0.5, None)
+    assert not gain_is_clear(0.4, 0.6, None)  # 50% of a small first return, but under 0.25
+    assert "no clear sign" in memory_line(_rows(0.0, -0.5))
+    # With a spread: above the noise and at least a tenth of the first.
+    assert gain_is_clear(1.0, 1.2, 0.1) and not gain_is_clear(1.0, 1.2, 0.25)
+    assert not gain_is_clear(10.0, 10.5, 0.1)
