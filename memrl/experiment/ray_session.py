@@ -56,7 +56,8 @@ def ray_session(
         num_cpus: CPUs of the embedded Ray (default: all of this machine's).
         dashboard: start the dashboard of the embedded Ray.
         keep_temp_on_error: keep the embedded Ray's temp dir (its logs) when the block raises
-            (not for ValueError, TypeError or FileNotFoundError: mistakes in the input).
+            (not for ValueError, TypeError or FileNotFoundError, mistakes in the input, nor for
+            KeyboardInterrupt).
     """
     import ray
 
@@ -105,8 +106,10 @@ def ray_session(
             gpus=res.get("GPU", 0.0),
             temp_dir=temp_dir,
         )
-    except (ValueError, TypeError, FileNotFoundError):
-        raise  # a mistake in the input, said by the error itself: Ray's logs add nothing
+    except (ValueError, TypeError, FileNotFoundError, KeyboardInterrupt):
+        # A mistake in the input, said by the error itself, or the user's Ctrl-C: Ray's logs
+        # add nothing (the run's own checkpoints and metrics live in its output dir).
+        raise
     except BaseException:
         failed = True
         raise

@@ -94,8 +94,8 @@ def test_a_failing_block_keeps_ray_logs(tmp_path, monkeypatch):
     shutil.rmtree(temp_dir)
 
 
-@pytest.mark.parametrize("error", [ValueError, TypeError, FileNotFoundError])
-def test_a_mistake_in_the_input_leaves_no_ray_logs_behind(error):
+@pytest.mark.parametrize("error", [ValueError, TypeError, FileNotFoundError, KeyboardInterrupt])
+def test_a_mistake_in_the_input_or_ctrl_c_leaves_no_ray_logs_behind(error):
     with pytest.raises(error, match="bad input"):
         with ray_session(None, num_cpus=1) as info:
             temp_dir = info.temp_dir
