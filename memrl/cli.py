@@ -64,7 +64,9 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
         "report returns, lengths and per-inner-episode returns.",
     )
     p.add_argument(
-        "checkpoint", help="a checkpoint dir (runs/NAME/checkpoints/iter_N) or a run dir"
+        "checkpoint",
+        help="a checkpoint dir (runs/NAME/checkpoints/iter_N) or a run dir, local or on the "
+        "storage URI training wrote to (s3://bucket/runs/NAME)",
     )
     p.add_argument("--episodes", type=int, help="episodes to run (default: run.eval_episodes)")
     p.add_argument("--output", help="write the results as JSON to this file")
@@ -87,7 +89,9 @@ def _add_report(sub: argparse._SubParsersAction) -> None:
         "table, replays of evaluation trials (grid envs) or transcripts (text agents), config. "
         "`memrl train` and `memrl eval` write it too.",
     )
-    p.add_argument("run_dir", help="a run directory (runs/NAME)")
+    p.add_argument(
+        "run_dir", help="a run directory (runs/NAME) or the storage URI training wrote to"
+    )
     p.add_argument("--output", help="the HTML file (default: RUN_DIR/report.html)")
 
 
@@ -128,7 +132,9 @@ def _add_export(sub: argparse._SubParsersAction) -> None:
         "RLModule.from_checkpoint loads without memrl's training code).",
     )
     p.add_argument(
-        "checkpoint", help="a checkpoint dir (runs/NAME/checkpoints/iter_N) or a run dir"
+        "checkpoint",
+        help="a checkpoint dir (runs/NAME/checkpoints/iter_N) or a run dir, local or on the "
+        "storage URI training wrote to (s3://bucket/runs/NAME)",
     )
     p.add_argument("--format", required=True, choices=["hf", "lora", "rlmodule"], dest="fmt")
     p.add_argument("--output", required=True, help="a new or empty folder")
@@ -233,9 +239,9 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from memrl.experiment.run_report import write_run_report
+    from memrl.experiment.train import write_report
 
-    print(f"wrote {write_run_report(args.run_dir, args.output)}")
+    print(f"wrote {write_report(args.run_dir, args.output)}")
     return 0
 
 

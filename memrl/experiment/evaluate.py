@@ -18,11 +18,13 @@ joins the report and its transcripts are written beside the report (or under the
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -36,8 +38,11 @@ from memrl.experiment.train import (
     CHECKPOINT_PREFIX,
     CHECKPOINTS,
     CONFIG,
+    TB,
     RunDir,
+    _write_report,
     build_algo,
+    is_uri,
     restore_checkpoint,
 )
 
@@ -63,6 +68,47 @@ def resolve_checkpoint(path: str | Path) -> tuple[RunDir, Path]:
     )
 
 
+# What a URI run's local copy leaves out: its other checkpoints, TensorBoard files, RLlib's logdir.
+NOT_COPIED = (CHECKPOINTS, TB, "rllib")
+
+
+@contextlib.contextmanager
+def open_checkpoint(location: str | Path) -> Iterator[tuple[RunDir, Path]]:
+    """``resolve_checkpoint`` for a local path or a run on a storage URI (s3://, gs://,
+    file://). A URI run is copied for the block into a local temp dir (``run.path``): its files
+    but the folders in NOT_COPIED, and the one checkpoint asked for (or the newest)."""
+    if not is_uri(location):
+        yield resolve_checkpoint(location)
+        return
+    where = str(location).rstrip("/")
+    head, _, tail = where.rpartition("/")
+    name = None
+    if tail.startswith(CHECKPOINT_PREFIX) and head.endswith(f"/{CHECKPOINTS}"):
+        where, name = head[: -len(CHECKPOINTS) - 1], tail
+    with tempfile.TemporaryDirectory(prefix="memrl-run-") as tmp:
+        run = RunDir(where, Path(tmp) / where.rsplit("/", 1)[-1])
+        if not run.exists(CONFIG):
+            raise FileNotFoundError(
+                f"{where} is neither a run (with config.yaml) nor a checkpoint inside one "
+                f"(RUN/checkpoints/{CHECKPOINT_PREFIX}NNNNNN)."
+            )
+        complete = run.checkpoint_names()
+        name = name or (complete[-1] if complete else None)
+        if name is None:
+            raise FileNotFoundError(f"Run {where} has no checkpoint yet.")
+        if name not in complete:
+            raise FileNotFoundError(
+                f"Checkpoint {run.uri(CHECKPOINTS, name)} does not exist or was not saved "
+                f"completely; complete ones: {', '.join(complete) or 'none'}."
+            )
+        for entry in run.top_level():
+            if entry not in NOT_COPIED:
+                run.download(entry, run.path / entry)
+        ckpt = run.path / CHECKPOINTS / name
+        run.download(f"{CHECKPOINTS}/{name}", ckpt)
+        yield run, ckpt
+
+
 def evaluate_checkpoint(
     checkpoint: str | Path,
     *,
@@ -77,10 +123,26 @@ def evaluate_checkpoint(
 
     ``replays``: trials recorded step by step for the report (grid and navigation envs only).
     """
+    with open_checkpoint(checkpoint) as (run, ckpt):
+        return _evaluate(
+            run, ckpt, episodes, output, overrides, explore, replays, echo, time.time()
+        )
+
+
+def _evaluate(
+    run: RunDir,
+    ckpt: Path,
+    episodes: int | None,
+    output: str | Path | None,
+    overrides: list[str] | None,
+    explore: bool,
+    replays: int,
+    echo: Any,
+    started: float,
+) -> dict[str, Any]:
     from memrl.experiment.callbacks import inner_episode_stats
     from memrl.experiment.replay import REPLAY_ENVS, ReplayRecorder, replays_for
 
-    run, ckpt = resolve_checkpoint(checkpoint)
     data = yaml.safe_load(run.read_text(CONFIG))
     data = apply_overrides(data, list(overrides or []))
     exp = parse_config(data)
@@ -129,8 +191,9 @@ def evaluate_checkpoint(
     recorded = replays_for(runner.env, done, replays) if record else []
     returns = own["returns"] if own else [float(ep.get_return()) for ep in done]
     lengths = own["turns"] if own else [len(ep) for ep in done]
+    shown = run.uri(CHECKPOINTS, ckpt.name) if run.staged else str(ckpt)
     result: dict[str, Any] = {
-        "checkpoint": str(ckpt),
+        "checkpoint": shown,
         "env": exp.env.id,
         "episodes": len(returns),
         "explore": explore,
@@ -146,7 +209,7 @@ def evaluate_checkpoint(
     if own:
         result.update(own["summary"], transcripts=own["transcripts"])
     echo(
-        f"{ckpt}: {len(returns)} episodes, return {result['return_mean']:.3f} "
+        f"{shown}: {len(returns)} episodes, return {result['return_mean']:.3f} "
         f"+- {result['return_std']:.3f} (min {result['return_min']:.2f}, "
         f"max {result['return_max']:.2f}), length {result['len_mean']:.1f}"
     )
@@ -162,25 +225,33 @@ def evaluate_checkpoint(
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(result, indent=1))
         echo(f"wrote {out}")
-    _keep_in_run(run, ckpt, result, recorded, echo)
+    _keep_in_run(run, ckpt, result, recorded, echo, started)
     return result
 
 
 def _keep_in_run(
-    run: RunDir, ckpt: Path, result: dict[str, Any], replays: list[dict[str, Any]], echo: Any
+    run: RunDir,
+    ckpt: Path,
+    result: dict[str, Any],
+    replays: list[dict[str, Any]],
+    echo: Any,
+    started: float,
 ) -> None:
-    """Writes the results (and replays) under the run's eval/ and refreshes its report."""
-    from memrl.experiment.run_report import write_run_report
-
+    """Writes the results (and replays) under the run's eval/ and refreshes its report; for a
+    run on a URI, the eval files written since ``started`` (transcripts too) go up to it."""
     folder = run.path / "eval"
     try:
         folder.mkdir(parents=True, exist_ok=True)
         (folder / f"{ckpt.name}.json").write_text(json.dumps(result, indent=1))
         if replays:
             (folder / f"{ckpt.name}.replay.json").write_text(json.dumps({"trials": replays}))
-        echo(f"report: {write_run_report(run.path)}")
+        if run.staged:
+            for path in sorted(folder.iterdir()):
+                if path.is_file() and path.stat().st_mtime >= started:
+                    run.write_bytes(f"eval/{path.name}", path.read_bytes())
+        echo(f"report: {_write_report(run)}")
     except OSError as err:  # a read-only run directory: the results were printed (and --output)
-        logger.warning("could not keep the evaluation in %s (%s)", folder, err)
+        logger.warning("could not keep the evaluation in %s (%s)", run.uri("eval"), err)
 
 
 def _std(values: list[float]) -> float:

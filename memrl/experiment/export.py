@@ -38,26 +38,34 @@ def export_checkpoint(checkpoint: str | Path, fmt: str, output: str | Path) -> P
             does not have (hf/lora of a non-LLM policy, lora without adapters).
         FileNotFoundError: no such checkpoint.
     """
-    from memrl.experiment.evaluate import resolve_checkpoint
+    from memrl.experiment.evaluate import open_checkpoint
 
     if fmt not in FORMATS:
         raise ValueError(f"--format must be one of {list(FORMATS)}, got {fmt!r}")
-    run, ckpt = resolve_checkpoint(checkpoint)
-    module_dir = ckpt / MODULE_DIR
-    if not module_dir.is_dir():
-        raise FileNotFoundError(f"{ckpt} has no policy module at {MODULE_DIR}")
     out = Path(output)
     if out.exists() and any(out.iterdir()):
         raise ValueError(f"--output {out} is not empty; give a new or empty folder")
+    with open_checkpoint(checkpoint) as (run, ckpt):
+        return _export(run, ckpt, fmt, out)
+
+
+def _export(run: Any, ckpt: Path, fmt: str, out: Path) -> Path:
+    from memrl.experiment.train import CHECKPOINTS
+
+    module_dir = ckpt / MODULE_DIR
+    if not module_dir.is_dir():
+        raise FileNotFoundError(f"{ckpt} has no policy module at {MODULE_DIR}")
     if fmt == "rlmodule":
         if out.exists():
             out.rmdir()
         shutil.copytree(module_dir, out)
     else:
         _export_lm(module_dir, fmt, out)
-    (out / "memrl_export.json").write_text(
-        json.dumps({"format": fmt, "checkpoint": str(ckpt.resolve()), "run": str(run.path)})
-    )
+    if run.staged:  # a run on a storage URI, copied locally for the export
+        where = {"checkpoint": run.uri(CHECKPOINTS, ckpt.name), "run": run.location}
+    else:
+        where = {"checkpoint": str(ckpt.resolve()), "run": str(run.path)}
+    (out / "memrl_export.json").write_text(json.dumps({"format": fmt, **where}))
     return out
 
 

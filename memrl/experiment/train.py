@@ -146,11 +146,38 @@ class RunDir:
             return f.read().decode()
 
     def write_bytes(self, name: str, data: bytes) -> None:
-        self.fs.create_dir(self.root, recursive=True)
-        tmp = self.at(f".{name}.tmp")
+        """Writes a file of the run (``name`` may lie in a folder: ``eval/x.json``)."""
+        folder, _, base = name.rpartition("/")
+        self.fs.create_dir(self.at(folder) if folder else self.root, recursive=True)
+        tmp = self.at(f"{folder}/.{base}.tmp" if folder else f".{base}.tmp")
         with self.fs.open_output_stream(tmp) as f:
             f.write(data)
         self.fs.move(tmp, self.at(name))
+
+    def download(self, name: str, dest: Path) -> bool:
+        """Copies a file or folder of the run to the local ``dest``; False when the run has none."""
+        import pyarrow.fs as pafs
+
+        info = self.fs.get_file_info(self.at(name))
+        if info.type == pafs.FileType.NotFound:
+            return False
+        (dest if info.type == pafs.FileType.Directory else dest.parent).mkdir(
+            parents=True, exist_ok=True
+        )
+        pafs.copy_files(
+            self.at(name),
+            str(dest),
+            source_filesystem=self.fs,
+            destination_filesystem=pafs.LocalFileSystem(),
+        )
+        return True
+
+    def top_level(self) -> list[str]:
+        """Names of the files and folders directly in the run."""
+        import pyarrow.fs as pafs
+
+        selector = pafs.FileSelector(self.root, allow_not_found=True)
+        return sorted(info.base_name for info in self.fs.get_file_info(selector))
 
     def write_text(self, name: str, text: str) -> None:
         self.write_bytes(name, text.encode())
@@ -366,27 +393,40 @@ def progress_line(row: dict[str, Any], stop_iters: int, steps_per_s: float) -> s
     return " | ".join(parts)
 
 
-def _write_report(run: RunDir) -> str:
-    """Writes the run's report.html; for a run on a URI, from a local copy of what it reads."""
+def _write_report(run: RunDir, output: str | os.PathLike[str] | None = None) -> str:
+    """Writes the run's report.html (or ``output``); for a run on a URI, from a local copy of
+    what it reads, and uploaded to the run unless ``output`` is given."""
     if not run.staged:
-        return str(write_run_report(run.path))
-    import pyarrow.fs as pafs
-
+        return str(write_run_report(run.path, output))
     with tempfile.TemporaryDirectory(prefix="memrl-report-") as tmp:
         for name in (CONFIG, METRICS, "eval"):
-            if run.exists(name):
-                info = run.fs.get_file_info(run.at(name))
-                dest = Path(tmp) / name
-                if info.type == pafs.FileType.Directory:
-                    dest.mkdir()
-                pafs.copy_files(
-                    run.at(name),
-                    str(dest),
-                    source_filesystem=run.fs,
-                    destination_filesystem=pafs.LocalFileSystem(),
-                )
-        run.write_bytes(REPORT_NAME, write_run_report(tmp).read_bytes())
+            run.download(name, Path(tmp) / name)
+        page = write_run_report(tmp, output)
+        if output:
+            return str(page)
+        run.write_bytes(REPORT_NAME, page.read_bytes())
     return run.uri(REPORT_NAME)
+
+
+def write_report(
+    location: str | os.PathLike[str], output: str | os.PathLike[str] | None = None
+) -> str:
+    """`memrl report`: the report of the run at ``location`` (a path or a URI), written to
+    ``output`` or else to the run's own report.html; returns where it went.
+
+    Raises:
+        FileNotFoundError: ``location`` holds no run (no config.yaml).
+    """
+    if not is_uri(location):
+        return str(write_run_report(location, output))
+    with tempfile.TemporaryDirectory(prefix="memrl-report-") as tmp:
+        run = RunDir(location, tmp)
+        if not run.exists(CONFIG):
+            raise FileNotFoundError(
+                f"{run.location} is not a run directory (it has no config.yaml); give the "
+                "location that `memrl train --output` wrote to"
+            )
+        return _write_report(run, output)
 
 
 def summary_table(

@@ -61,6 +61,20 @@ def test_files_and_checkpoints_round_trip(tmp_path, kind):
     assert not (tmp_path / "local").exists() or not any((tmp_path / "local").iterdir())
 
 
+def test_nested_files_download_and_listing_on_a_uri(tmp_path):
+    run = RunDir((tmp_path / "shared" / "run").as_uri(), tmp_path / "local")
+    run.write_text("config.yaml", "name: x\n")
+    run.write_text("eval/iter_000002.json", "{}")
+    assert (tmp_path / "shared" / "run" / "eval" / "iter_000002.json").read_text() == "{}"
+    assert not list((tmp_path / "shared" / "run" / "eval").glob(".*"))  # no temp file left
+    assert run.top_level() == ["config.yaml", "eval"]
+    assert run.download("eval", tmp_path / "copy" / "eval")
+    assert (tmp_path / "copy" / "eval" / "iter_000002.json").read_text() == "{}"
+    assert run.download("config.yaml", tmp_path / "copy" / "config.yaml")
+    assert not run.download("metrics.parquet", tmp_path / "copy" / "metrics.parquet")
+    assert RunDir(tmp_path / "nothing").top_level() == []
+
+
 def test_an_upload_cut_short_is_not_a_checkpoint_and_is_cleaned_up(tmp_path, monkeypatch):
     run = RunDir((tmp_path / "shared" / "run").as_uri(), tmp_path / "local")
     run.save_checkpoint(Saver("w2"), 2, keep=3)

@@ -69,6 +69,33 @@ def test_train_writes_a_complete_run_dir_and_eval_reads_it(tmp_path):
     assert result["len_mean"] == 40.0  # trial_len of the tiny config
     assert len(result["inner_return_by_index"]) >= 4  # 10-step inner episodes in a 40-step trial
 
+    # The same run on storage (a file:// URI takes the path of s3:// or gs://): eval reads the
+    # newest checkpoint from there and writes its results and the report back.
+    import shutil
+
+    from memrl.experiment.evaluate import open_checkpoint
+    from memrl.experiment.export import export_checkpoint
+
+    stored = tmp_path / "bucket" / "runs" / "tiny"
+    shutil.copytree(run, stored)
+    ev = memrl_cli("eval", stored.as_uri(), "--episodes", "2")
+    assert ev.returncode == 0, ev.stderr
+    uri_ckpt = f"{stored.as_uri()}/checkpoints/iter_000002"
+    assert f"{uri_ckpt}: 2 episodes" in ev.stdout
+    kept = json.loads((stored / "eval" / "iter_000002.json").read_text())
+    assert kept["episodes"] == 2 and kept["checkpoint"] == uri_ckpt
+    assert "Evaluation of iter_000002 over 2 episodes" in (stored / "report.html").read_text()
+    assert f"report: {stored.as_uri()}/report.html" in ev.stdout
+    exported = export_checkpoint(uri_ckpt, "rlmodule", tmp_path / "export")
+    assert json.loads((exported / "memrl_export.json").read_text())["checkpoint"] == uri_ckpt
+    with pytest.raises(FileNotFoundError, match="complete ones: iter_000001, iter_000002"):
+        with open_checkpoint(f"{stored.as_uri()}/checkpoints/iter_000007"):
+            pass
+    shutil.rmtree(stored / "checkpoints")
+    with pytest.raises(FileNotFoundError, match="has no checkpoint yet"):
+        with open_checkpoint(stored.as_uri()):
+            pass
+
 
 def test_existing_run_needs_resume_and_too_many_runners_is_refused(tmp_path):
     cfg = write_config(tmp_path / "tiny.yaml", resources={"num_env_runners": 64})

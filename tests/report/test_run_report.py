@@ -148,3 +148,19 @@ def test_report_without_metrics_or_evaluation_still_renders(tmp_path, kind):
         path.unlink()
     page = write_run_report(run).read_text()
     assert "No training metrics yet" in page and "No evaluation yet" in page
+
+
+def test_report_of_a_run_on_a_storage_uri(tmp_path):
+    # A file:// URI takes the same path as s3:// or gs://: read through pyarrow, written back.
+    store = make_key_door_run(tmp_path / "bucket")
+    out = memrl_cli("report", store.as_uri())
+    assert out.returncode == 0, out.stderr
+    assert f"wrote {store.as_uri()}/report.html" in out.stdout
+    page = (store / "report.html").read_text()
+    assert "uses its memory" in page and 'id="replay"' in page
+    local = tmp_path / "copy.html"
+    out = memrl_cli("report", store.as_uri(), "--output", str(local))
+    assert out.returncode == 0 and "uses its memory" in local.read_text()
+    missing = memrl_cli("report", (tmp_path / "bucket" / "nothing").as_uri())
+    assert missing.returncode == 2
+    assert "nothing is not a run directory (it has no config.yaml)" in missing.stderr
