@@ -104,9 +104,13 @@ class EpisodeLog:
         late_start: int,
         trials: int,
         early_end: int | None = None,
+        trial_len: int | None = None,
     ) -> dict[str, Any]:
         """SR / SPL per index bucket and per start-time range (t < early_end when given,
-        t < train_len, t >= late_start), and episodes per trial."""
+        t < train_len, t >= late_start), episodes per trial and, given the evaluated
+        ``trial_len``, successes per 1000 steps from late_start on: per-episode SR alone
+        flatters a policy that rarely stops; this counts what a trial's late steps yield (the
+        scripted references' unit)."""
         out: dict[str, Any] = {"episodes_per_trial": round(len(self.rows) / trials, 1)}
         edges = [*buckets, None]
         groups: list[tuple[str, Any]] = []
@@ -126,6 +130,10 @@ class EpisodeLog:
         out["SR all"] = (
             round(sum(r[2] for r in self.rows) / len(self.rows), 3) if self.rows else None
         )
+        if trial_len is not None:
+            late_steps = max(trial_len - late_start, 1) * trials
+            late_successes = sum(r[2] for r in self.rows if r[1] >= late_start)
+            out[f"successes_per_1k t>={late_start}"] = round(1000 * late_successes / late_steps, 2)
         return out
 
 
@@ -227,13 +235,13 @@ def run_trials(
     assert bool(result.trial_done.all()), "every trial ends at trial_len"
     train_len = int(env_config.get("trial_len", 4096))
     row = log.summary(
-        _buckets(args.buckets), train_len, args.late_start, args.trials, args.early_end
+        _buckets(args.buckets),
+        train_len,
+        args.late_start,
+        args.trials,
+        args.early_end,
+        trial_len=args.trial_len,
     )
-    # Successes per 1000 steps from late_start on: per-episode SR alone flatters a policy that
-    # rarely stops; this counts what a trial's late steps yield (the scripted references' unit).
-    late_steps = max(args.trial_len - args.late_start, 1) * args.trials
-    late_successes = sum(r[2] for r in log.rows if r[1] >= args.late_start)
-    row[f"successes_per_1k t>={args.late_start}"] = round(1000 * late_successes / late_steps, 2)
     if baseline is not None:
         row.update(context_tokens=0, kv_bytes=0, ms_per_step=None)
     elif not hasattr(module, "keeper"):  # the memoryless MLP: no cache

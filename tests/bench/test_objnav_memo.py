@@ -54,6 +54,10 @@ def test_episode_log_groups_by_index_and_start_time():
     assert early["SR t<1"] == 0.5 and early["SR t<5"] == 0.5 and early["SR t>=10"] == 0.0
     early = log.summary([0], train_len=5, late_start=10, trials=2, early_end=5)
     assert "SR t<5" in early and len([k for k in early if k.startswith("SR t<")]) == 1
+    # Successes per 1000 late steps: one success (env 0's index 1) in 2 x (24 - 4) steps.
+    late = log.summary([0], train_len=5, late_start=4, trials=2, trial_len=24)
+    assert late["successes_per_1k t>=4"] == 25.0 and late["SR t>=4"] == round(1 / 3, 3)
+    assert "successes_per_1k t>=10" not in row  # only with the evaluated trial length
 
 
 def test_bad_buckets_and_variants():
