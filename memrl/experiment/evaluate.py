@@ -40,9 +40,9 @@ from memrl.experiment.train import (
     CONFIG,
     TB,
     RunDir,
-    _write_report,
     build_algo,
     is_uri,
+    refresh_report,
     restore_checkpoint,
 )
 
@@ -207,6 +207,9 @@ def _evaluate(
     }
     result.update(inner_episode_stats(done))
     if own:
+        kept = own.get("transcripts")
+        if kept and run.staged and Path(kept).parent == run.path / "eval":
+            own["transcripts"] = run.uri("eval", Path(kept).name)  # uploaded with the results
         result.update(own["summary"], transcripts=own["transcripts"])
     echo(
         f"{shown}: {len(returns)} episodes, return {result['return_mean']:.3f} "
@@ -249,7 +252,7 @@ def _keep_in_run(
             for path in sorted(folder.iterdir()):
                 if path.is_file() and path.stat().st_mtime >= started:
                     run.write_bytes(f"eval/{path.name}", path.read_bytes())
-        echo(f"report: {_write_report(run)}")
+        echo(f"report: {refresh_report(run)}")
     except OSError as err:  # a read-only run directory: the results were printed (and --output)
         logger.warning("could not keep the evaluation in %s (%s)", run.uri("eval"), err)
 

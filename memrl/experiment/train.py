@@ -393,7 +393,7 @@ def progress_line(row: dict[str, Any], stop_iters: int, steps_per_s: float) -> s
     return " | ".join(parts)
 
 
-def _write_report(run: RunDir, output: str | os.PathLike[str] | None = None) -> str:
+def refresh_report(run: RunDir, output: str | os.PathLike[str] | None = None) -> str:
     """Writes the run's report.html (or ``output``); for a run on a URI, from a local copy of
     what it reads, and uploaded to the run unless ``output`` is given."""
     if not run.staged:
@@ -426,7 +426,7 @@ def write_report(
                 f"{run.location} is not a run directory (it has no config.yaml); give the "
                 "location that `memrl train --output` wrote to"
             )
-        return _write_report(run, output)
+        return refresh_report(run, output)
 
 
 def summary_table(
@@ -588,7 +588,7 @@ def train(
         table = summary_table(rows, run, time.time() - start_wall, exp.env.id)
         run.write_text(SUMMARY, f"# {exp.name}\n\n{table}\n")
         echo("\n" + table)
-    report = _write_report(run)
+    report = refresh_report(run)
     echo(
         f"\nrun directory: {run.location}\n  {CONFIG}, {METRICS}, {CHECKPOINTS}/, {TB}/, "
         f"{CURVE}, {SUMMARY}, {REPORT_NAME}\nreport: {report} (open it in a browser; "
