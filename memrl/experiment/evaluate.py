@@ -8,7 +8,9 @@ report includes the mean return of each inner-episode index within a trial.
 
 The results are also kept in the run directory (``eval/<checkpoint>.json``), with replays of the
 first trials on grid and navigation envs (``eval/<checkpoint>.replay.json``, see replay.py), and
-the run's HTML report (``report.html``) is written again to include them.
+the run's HTML report (``report.html``) is written again to include them. A run on a storage URI
+(s3://, gs://, file://) is read through a local copy (``open_checkpoint``) and those files are
+written back to the storage.
 
 An algorithm that evaluates itself (it has ``evaluate_episodes``, as MEM1's does: held-out tasks,
 EM, F1, peak tokens, turns, and a JSONL transcript per episode) is asked to instead; its summary
