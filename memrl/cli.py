@@ -239,9 +239,9 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from memrl.experiment.train import write_report
+    from memrl.experiment.train import report_at
 
-    print(f"wrote {write_report(args.run_dir, args.output)}")
+    print(f"wrote {report_at(args.run_dir, args.output)}")
     return 0
 
 

@@ -44,7 +44,6 @@ from memrl.experiment.train import (
     RunDir,
     build_algo,
     is_uri,
-    refresh_report,
     restore_checkpoint,
 )
 
@@ -126,9 +125,7 @@ def evaluate_checkpoint(
     ``replays``: trials recorded step by step for the report (grid and navigation envs only).
     """
     with open_checkpoint(checkpoint) as (run, ckpt):
-        return _evaluate(
-            run, ckpt, episodes, output, overrides, explore, replays, echo, time.time()
-        )
+        return _evaluate(run, ckpt, episodes, output, overrides, explore, replays, echo)
 
 
 def _evaluate(
@@ -140,7 +137,6 @@ def _evaluate(
     explore: bool,
     replays: int,
     echo: Any,
-    started: float,
 ) -> dict[str, Any]:
     from memrl.experiment.callbacks import inner_episode_stats
     from memrl.experiment.replay import REPLAY_ENVS, ReplayRecorder, replays_for
@@ -230,31 +226,30 @@ def _evaluate(
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(result, indent=1))
         echo(f"wrote {out}")
-    _keep_in_run(run, ckpt, result, recorded, echo, started)
+    _keep_in_run(run, ckpt, result, recorded, echo)
     return result
 
 
 def _keep_in_run(
-    run: RunDir,
-    ckpt: Path,
-    result: dict[str, Any],
-    replays: list[dict[str, Any]],
-    echo: Any,
-    started: float,
+    run: RunDir, ckpt: Path, result: dict[str, Any], replays: list[dict[str, Any]], echo: Any
 ) -> None:
-    """Writes the results (and replays) under the run's eval/ and refreshes its report; for a
-    run on a URI, the eval files written since ``started`` (transcripts too) go up to it."""
+    """Writes the results (and replays) under the run's eval/ and refreshes its report; a run on
+    a URI gets this checkpoint's eval files (``<checkpoint>.*``: results, replays, transcripts)
+    and the report, written from its local copy, uploaded."""
+    from memrl.experiment.run_report import REPORT_NAME, write_run_report
+
     folder = run.path / "eval"
     try:
         folder.mkdir(parents=True, exist_ok=True)
         (folder / f"{ckpt.name}.json").write_text(json.dumps(result, indent=1))
         if replays:
             (folder / f"{ckpt.name}.replay.json").write_text(json.dumps({"trials": replays}))
+        page = write_run_report(run.path)
         if run.staged:
-            for path in sorted(folder.iterdir()):
-                if path.is_file() and path.stat().st_mtime >= started:
-                    run.write_bytes(f"eval/{path.name}", path.read_bytes())
-        echo(f"report: {refresh_report(run)}")
+            for path in sorted(folder.glob(f"{ckpt.name}.*")):
+                run.write_bytes(f"eval/{path.name}", path.read_bytes())
+            run.write_bytes(REPORT_NAME, page.read_bytes())
+        echo(f"report: {run.uri(REPORT_NAME) if run.staged else page}")
     except OSError as err:  # a read-only run directory: the results were printed (and --output)
         logger.warning("could not keep the evaluation in %s (%s)", run.uri("eval"), err)
 

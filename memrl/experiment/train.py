@@ -408,7 +408,7 @@ def refresh_report(run: RunDir, output: str | os.PathLike[str] | None = None) ->
     return run.uri(REPORT_NAME)
 
 
-def write_report(
+def report_at(
     location: str | os.PathLike[str], output: str | os.PathLike[str] | None = None
 ) -> str:
     """`memrl report`: the report of the run at ``location`` (a path or a URI), written to
