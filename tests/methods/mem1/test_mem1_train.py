@@ -141,6 +141,23 @@ def test_grpo_packed_trains_and_resumes(tmp_path):
     assert any(c.endswith("ref_kl") for c in frame.columns)
     assert not any(c.endswith("vf_loss") for c in frame.columns)  # GRPO has no critic
 
+    # The run on storage (file:// takes the path of s3:// and gs://), with the local run gone:
+    # eval rebuilds the tiny model from the copy's tiny_model/ and writes the transcripts back.
+    import shutil
+
+    stored = tmp_path / "bucket" / "grpo_run"
+    shutil.copytree(run, stored)
+    shutil.rmtree(run)
+    out = memrl_cli("eval", stored.as_uri(), "--episodes", "2", timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    uri_ckpt = f"{stored.as_uri()}/checkpoints/iter_000002"
+    assert f"{uri_ckpt}: 2 episodes" in out.stdout
+    kept = json.loads((stored / "eval" / "iter_000002.json").read_text())
+    assert kept["episodes"] == 2 and kept["checkpoint"] == uri_ckpt and "em_mean" in kept
+    lines = (stored / "eval" / "iter_000002.transcripts.jsonl").read_text().splitlines()
+    assert len(lines) == 2 and json.loads(lines[0])["turns"]
+    assert not run.exists()  # nothing was written to the old local path
+
 
 def test_grpo_needs_whole_groups_per_runner(tmp_path):
     from memrl.experiment.config import load_config
