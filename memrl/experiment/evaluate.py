@@ -44,6 +44,7 @@ from memrl.experiment.train import (
     RunDir,
     build_algo,
     is_uri,
+    refresh_report,
     restore_checkpoint,
 )
 
@@ -235,21 +236,17 @@ def _keep_in_run(
 ) -> None:
     """Writes the results (and replays) under the run's eval/ and refreshes its report; a run on
     a URI gets this checkpoint's eval files (``<checkpoint>.*``: results, replays, transcripts)
-    and the report, written from its local copy, uploaded."""
-    from memrl.experiment.run_report import REPORT_NAME, write_run_report
-
+    and the report, written from the local copy ``open_checkpoint`` made, uploaded."""
     folder = run.path / "eval"
     try:
         folder.mkdir(parents=True, exist_ok=True)
         (folder / f"{ckpt.name}.json").write_text(json.dumps(result, indent=1))
         if replays:
             (folder / f"{ckpt.name}.replay.json").write_text(json.dumps({"trials": replays}))
-        page = write_run_report(run.path)
         if run.staged:
             for path in sorted(folder.glob(f"{ckpt.name}.*")):
                 run.write_bytes(f"eval/{path.name}", path.read_bytes())
-            run.write_bytes(REPORT_NAME, page.read_bytes())
-        echo(f"report: {run.uri(REPORT_NAME) if run.staged else page}")
+        echo(f"report: {refresh_report(run, local_copy=True)}")
     except OSError as err:  # a read-only run directory: the results were printed (and --output)
         logger.warning("could not keep the evaluation in %s (%s)", run.uri("eval"), err)
 

@@ -393,15 +393,21 @@ def progress_line(row: dict[str, Any], stop_iters: int, steps_per_s: float) -> s
     return " | ".join(parts)
 
 
-def refresh_report(run: RunDir, output: str | os.PathLike[str] | None = None) -> str:
+def refresh_report(
+    run: RunDir, output: str | os.PathLike[str] | None = None, *, local_copy: bool = False
+) -> str:
     """Writes the run's report.html (or ``output``); for a run on a URI, from a local copy of
-    what it reads, and uploaded to the run unless ``output`` is given."""
+    what it reads (``local_copy``: ``run.path`` already holds it, else it is downloaded), and
+    uploaded to the run unless ``output`` is given."""
     if not run.staged:
         return str(write_run_report(run.path, output))
-    with tempfile.TemporaryDirectory(prefix="memrl-report-") as tmp:
-        for name in (CONFIG, METRICS, "eval"):
-            run.download(name, Path(tmp) / name)
-        page = write_run_report(tmp, output)
+    with contextlib.ExitStack() as stack:
+        source = run.path
+        if not local_copy:
+            source = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="memrl-report-")))
+            for name in (CONFIG, METRICS, "eval"):
+                run.download(name, source / name)
+        page = write_run_report(source, output)
         if output:
             return str(page)
         run.write_bytes(REPORT_NAME, page.read_bytes())
