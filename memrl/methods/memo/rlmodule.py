@@ -133,6 +133,21 @@ class MemoRLModule(TorchRLModule, ValueFunctionAPI):
         self._keeper: MemoCacheKeeper | None = None
         self._seg_rng = random.Random(int(mc.get("seg_seed", 0)))
         self._acting_seg = self.draw_seg_len(self._seg_rng)
+        if self.inference_only:
+            self.eval()
+
+    def train(self, mode: bool = True) -> MemoRLModule:
+        """Set training mode; an env runner's module (``inference_only``) stays in eval mode.
+
+        RLlib puts the module into eval mode and back around every acting call, two walks over
+        all submodules per env step (~4% of a Dark-Key-To-Door iteration). A module that only
+        acts never needs training mode.
+        """
+        if self.inference_only:
+            if not self.training:
+                return self
+            mode = False
+        return super().train(mode)
 
     def image_features(self, obs: torch.Tensor) -> torch.Tensor:
         """(..., obs_dim) observations -> (..., image_features) of the frozen image encoder."""

@@ -215,6 +215,25 @@ def test_acting_and_the_loss_pass_compute_the_same_logits_with_a_drawn_length():
     )
 
 
+def test_an_acting_module_stays_in_eval_mode_and_a_learning_one_switches():
+    """An env runner's module (inference_only) starts in eval mode and stays there through
+    RLlib's eval()/train() around each acting call; a learner's module switches as usual."""
+    torch.manual_seed(0)
+    runner = MemoRLModule(
+        observation_space=OBS, action_space=ACT, inference_only=True, model_config=CONFIG
+    )
+    assert not any(m.training for m in runner.modules())
+    _act(runner, np.zeros((2, 5), np.float32), [0, 0])
+    runner.train()
+    assert not any(m.training for m in runner.modules())
+    learner = _module(0)
+    assert learner.training
+    _act(learner, np.zeros((2, 5), np.float32), [0, 0])
+    assert all(m.training for m in learner.modules())  # RLlib's toggle put it back
+    learner.eval()
+    assert not any(m.training for m in learner.modules())
+
+
 @pytest.mark.parametrize("critic", ["shared", "detached", "separate"])
 def test_critic_modes_route_the_value_gradient(critic):
     module = _module(0, critic=critic, vf_hiddens=[8])
