@@ -139,9 +139,9 @@ class MemoRLModule(TorchRLModule, ValueFunctionAPI):
     def train(self, mode: bool = True) -> MemoRLModule:
         """Set training mode; an env runner's module (``inference_only``) stays in eval mode.
 
-        RLlib puts the module into eval mode and back around every acting call, two walks over
-        all submodules per env step (~4% of a Dark-Key-To-Door iteration). A module that only
-        acts never needs training mode.
+        RLlib puts the module into eval mode and back around every acting call: two walks over
+        all submodules per env step (measured ~0.1 ms of a ~3.4 ms acting call for 40 envs). A
+        module that only acts never needs training mode.
         """
         if self.inference_only:
             if not self.training:
