@@ -566,10 +566,7 @@ def train(
 
             while not _should_stop(exp, algo.iteration, rows):
                 t0 = time.time()
-                try:
-                    result = algo.train()
-                except RayActorError as err:
-                    raise RunInterrupted(_lost_actor_message(err, algo, run, last_saved)) from err
+                result = train_iteration(algo, run, last_saved)
                 row = metrics_row(result, algo)
                 steps_before = rows[-1]["env_steps_sampled"] if rows else 0
                 rows.append(row)
@@ -604,10 +601,44 @@ def train(
     return run
 
 
+def train_iteration(algo: Any, run: RunDir, last_saved: int) -> dict[str, Any]:
+    """One ``algo.train()``; a lost learner becomes RunInterrupted with how to resume.
+
+    A learner's death shows in one of two ways, depending on which call meets it first: the
+    update itself raises RayActorError, or an earlier call marked the learner unhealthy and
+    RLlib's update skips it, returning no results (PPO then fails on the empty list with an
+    IndexError). Any error while a remote learner is marked unhealthy counts as the loss.
+    """
+    from ray.exceptions import RayActorError
+
+    try:
+        return algo.train()
+    except RayActorError as err:
+        raise RunInterrupted(_lost_actor_message(err, algo, run, last_saved)) from err
+    except Exception as err:
+        if not learners_lost(algo):
+            raise
+        raise RunInterrupted(_lost_actor_message(err, algo, run, last_saved)) from err
+
+
+def learners_lost(algo: Any) -> bool:
+    """Whether one of the algorithm's remote learners is marked unhealthy (dead)."""
+    group = getattr(algo, "learner_group", None)
+    if group is None or group.is_local:
+        return False
+    manager = group._worker_manager
+    return manager.num_healthy_actors() < manager.num_actors()
+
+
 def _lost_actor_message(err: Exception, algo: Any, run: RunDir, last_saved: int) -> str:
     """What a user needs when training stops because an actor died with its node."""
     cause = (str(err).strip().splitlines() or [""])[0]
     cause = cause if len(cause) <= 160 else cause[:157] + "..."
+    cause = f"{type(err).__name__}: {cause}"
+    if learners_lost(algo):
+        manager = algo.learner_group._worker_manager
+        healthy, total = manager.num_healthy_actors(), manager.num_actors()
+        cause = f"{healthy} of {total} learners alive; {cause}"
     resume = (
         f"checkpoints up to iteration {last_saved} are in {run.uri(CHECKPOINTS)}; continue "
         f"with: memrl train CONFIG --output {run.location} --resume"
@@ -616,7 +647,7 @@ def _lost_actor_message(err: Exception, algo: Any, run: RunDir, last_saved: int)
     )
     return (
         f"training stopped in iteration {algo.iteration + 1}: an actor it cannot do without "
-        f"(a learner) was lost, as when its node dies ({type(err).__name__}: {cause}). "
+        f"(a learner) was lost, as when its node dies ({cause}). "
         f"{resume}, once the cluster offers the learners' resources again."
     )
 

@@ -1,0 +1,45 @@
+"""A remote learner that dies ends training with RunInterrupted and how to resume, whichever of
+RLlib's paths meets the dead actor first (real local Ray, the learner actor killed)."""
+
+from __future__ import annotations
+
+import pytest
+import ray
+
+from memrl.experiment.build import build_algorithm_config
+from memrl.experiment.config import parse_config
+from memrl.experiment.train import RunDir, RunInterrupted, learners_lost, train_iteration
+
+
+def test_an_update_that_skips_a_dead_learner_is_a_lost_learner(tmp_path):
+    exp = parse_config(
+        {
+            "env": {"id": "memrl/MemoryCorridor-v0", "config": {"length": 4}},
+            "algorithm": {"name": "ppo", "train_batch_size": 64, "minibatch_size": 32},
+            "model": {"type": "mlp", "hiddens": [8]},
+            "resources": {"num_env_runners": 0, "num_envs_per_env_runner": 2, "num_learners": 1},
+        }
+    )
+    run = RunDir(tmp_path / "run")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        algo = build_algorithm_config(exp).build_algo()
+        train_iteration(algo, run, last_saved=0)  # a healthy learner trains
+        assert not learners_lost(algo)
+        manager = algo.learner_group._worker_manager
+        for actor_id in manager.actor_ids():
+            ray.kill(manager._actors[actor_id])
+        # A call that meets the dead learner marks it unhealthy; RLlib's next update then skips
+        # it and PPO fails on the empty results (IndexError), not with the actor's error.
+        algo.learner_group.foreach_learner(lambda learner: None)
+        assert learners_lost(algo)
+        with pytest.raises(IndexError):
+            algo.train()
+        with pytest.raises(RunInterrupted, match=r"\(a learner\) was lost") as caught:
+            train_iteration(algo, run, last_saved=4)
+        message = str(caught.value)
+        assert "0 of 1 learners alive; IndexError" in message
+        assert "--resume" in message and "checkpoints up to iteration 4" in message
+        algo.stop()
+    finally:
+        ray.shutdown()
