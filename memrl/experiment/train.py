@@ -526,8 +526,6 @@ def train(
     validate_env(exp)
     run.write_text(CONFIG, yaml.safe_dump(exp.to_dict(), sort_keys=False))
 
-    from ray.exceptions import RayActorError
-
     from memrl.experiment.loggers import RunLoggers
 
     start_wall = time.time()
@@ -558,15 +556,13 @@ def train(
             def save() -> None:
                 # A learner lost while its state is gathered for a checkpoint: the same clear
                 # end as a loss during training (the checkpoint being written does not count).
-                try:
+                with lost_learner_ends_run(algo, run, last_saved):
                     run.save_checkpoint(algo, algo.iteration, exp.run.keep_checkpoints)
-                except RayActorError as err:
-                    message = _lost_actor_message(err, algo, run, last_saved)
-                    raise RunInterrupted(message) from err
 
             while not _should_stop(exp, algo.iteration, rows):
                 t0 = time.time()
-                result = train_iteration(algo, run, last_saved)
+                with lost_learner_ends_run(algo, run, last_saved):
+                    result = algo.train()
                 row = metrics_row(result, algo)
                 steps_before = rows[-1]["env_steps_sampled"] if rows else 0
                 rows.append(row)
@@ -601,33 +597,38 @@ def train(
     return run
 
 
-def train_iteration(algo: Any, run: RunDir, last_saved: int) -> dict[str, Any]:
-    """One ``algo.train()``; a lost learner becomes RunInterrupted with how to resume.
+@contextlib.contextmanager
+def lost_learner_ends_run(algo: Any, run: RunDir, last_saved: int) -> Iterator[None]:
+    """Turns a lost learner, met inside the block, into RunInterrupted with how to resume.
 
     A learner's death shows in one of two ways, depending on which call meets it first: the
-    update itself raises RayActorError, or an earlier call marked the learner unhealthy and
-    RLlib's update skips it, returning no results (PPO then fails on the empty list with an
-    IndexError). Any error while a remote learner is marked unhealthy counts as the loss.
+    call raises RayActorError, or an earlier call marked the learner unhealthy and RLlib skips
+    it, returning no results (PPO's update then fails on the empty list with an IndexError).
+    Any error while a remote learner is marked unhealthy therefore counts as the loss.
     """
     from ray.exceptions import RayActorError
 
     try:
-        return algo.train()
-    except RayActorError as err:
-        raise RunInterrupted(_lost_actor_message(err, algo, run, last_saved)) from err
+        yield
     except Exception as err:
-        if not learners_lost(algo):
+        if not (isinstance(err, RayActorError) or learners_lost(algo)):
             raise
         raise RunInterrupted(_lost_actor_message(err, algo, run, last_saved)) from err
 
 
-def learners_lost(algo: Any) -> bool:
-    """Whether one of the algorithm's remote learners is marked unhealthy (dead)."""
+def learner_health(algo: Any) -> tuple[int, int] | None:
+    """(alive, total) remote learners of the algorithm; None for a local learner."""
     group = getattr(algo, "learner_group", None)
     if group is None or group.is_local:
-        return False
+        return None
     manager = group._worker_manager
-    return manager.num_healthy_actors() < manager.num_actors()
+    return manager.num_healthy_actors(), manager.num_actors()
+
+
+def learners_lost(algo: Any) -> bool:
+    """Whether one of the algorithm's remote learners is marked unhealthy (dead)."""
+    health = learner_health(algo)
+    return health is not None and health[0] < health[1]
 
 
 def _lost_actor_message(err: Exception, algo: Any, run: RunDir, last_saved: int) -> str:
@@ -635,10 +636,9 @@ def _lost_actor_message(err: Exception, algo: Any, run: RunDir, last_saved: int)
     cause = (str(err).strip().splitlines() or [""])[0]
     cause = cause if len(cause) <= 160 else cause[:157] + "..."
     cause = f"{type(err).__name__}: {cause}"
-    if learners_lost(algo):
-        manager = algo.learner_group._worker_manager
-        healthy, total = manager.num_healthy_actors(), manager.num_actors()
-        cause = f"{healthy} of {total} learners alive; {cause}"
+    health = learner_health(algo)
+    if health is not None and health[0] < health[1]:
+        cause = f"{health[0]} of {health[1]} learners alive; {cause}"
     resume = (
         f"checkpoints up to iteration {last_saved} are in {run.uri(CHECKPOINTS)}; continue "
         f"with: memrl train CONFIG --output {run.location} --resume"

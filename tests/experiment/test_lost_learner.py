@@ -8,7 +8,7 @@ import ray
 
 from memrl.experiment.build import build_algorithm_config
 from memrl.experiment.config import parse_config
-from memrl.experiment.train import RunDir, RunInterrupted, learners_lost, train_iteration
+from memrl.experiment.train import RunDir, RunInterrupted, learners_lost, lost_learner_ends_run
 
 
 def test_an_update_that_skips_a_dead_learner_is_a_lost_learner(tmp_path):
@@ -24,7 +24,8 @@ def test_an_update_that_skips_a_dead_learner_is_a_lost_learner(tmp_path):
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         algo = build_algorithm_config(exp).build_algo()
-        train_iteration(algo, run, last_saved=0)  # a healthy learner trains
+        with lost_learner_ends_run(algo, run, last_saved=0):
+            algo.train()  # a healthy learner trains
         assert not learners_lost(algo)
         manager = algo.learner_group._worker_manager
         for actor_id in manager.actor_ids():
@@ -36,10 +37,15 @@ def test_an_update_that_skips_a_dead_learner_is_a_lost_learner(tmp_path):
         with pytest.raises(IndexError):
             algo.train()
         with pytest.raises(RunInterrupted, match=r"\(a learner\) was lost") as caught:
-            train_iteration(algo, run, last_saved=4)
+            with lost_learner_ends_run(algo, run, last_saved=4):
+                algo.train()
         message = str(caught.value)
         assert "0 of 1 learners alive; IndexError" in message
         assert "--resume" in message and "checkpoints up to iteration 4" in message
+        # A checkpoint taken now (its learner state cannot be gathered) ends the same way.
+        with pytest.raises(RunInterrupted, match=r"0 of 1 learners alive"):
+            with lost_learner_ends_run(algo, run, last_saved=4):
+                run.save_checkpoint(algo, algo.iteration, 3)
         algo.stop()
     finally:
         ray.shutdown()
