@@ -8,9 +8,9 @@ whose trials end); start poses and targets are drawn for all envs from one batch
 
 Observation (float32 vector per env; ``ObjNavVec.obs_slices`` names the parts):
 
-- ``view`` (R * (2R + 1) * (2 + K)): the egocentric patch, rows = distance ahead 1..R, columns =
-  lateral offset -R..R (left to right), channels = [seen, wall, category 0..K-1]; all zero where
-  unseen (outside the cone or behind a wall);
+- ``view`` (R * (2R + 1) * (2 + K), or (3 + K) with ``target_channel``): the egocentric patch,
+  rows = distance ahead 1..R, columns = lateral offset -R..R (left to right), channels = [seen,
+  wall, (target,) category 0..K-1]; all zero where unseen (outside the cone or behind a wall);
 - ``target`` (K): one-hot of the target category;
 - ``gps`` (4): position relative to the trial's start pose (cells ahead, cells to the right, both
   divided by grid_size), then sin and cos of the heading relative to the start heading
@@ -79,7 +79,9 @@ class ObjNavVec:
         self.geom = ViewGeometry(r, cfg.view_half_angle, cfg.success_distance, self.stride)
         self._moves = DIRS[:, 0] * self.stride + DIRS[:, 1]  # (4,) flat step per heading
 
-        n_view = self.geom.obs_cells.size * (2 + k)
+        # View channels: seen, wall, [target,] one per category.
+        self._cat0 = 3 if cfg.target_channel else 2
+        n_view = self.geom.obs_cells.size * (self._cat0 + k)
         sizes = {
             "view": n_view,
             "target": k,
@@ -94,7 +96,7 @@ class ObjNavVec:
             self.obs_slices[name] = slice(start, start + size)
             start += size
         self.obs_dim = start
-        self.view_shape = (*self.geom.obs_shape, 2 + k)
+        self.view_shape = (*self.geom.obs_shape, self._cat0 + k)
 
         cells = self.stride * self.stride
         self._grid = np.zeros((n, cells), dtype=np.int8)
@@ -147,9 +149,10 @@ class ObjNavVec:
         low[self.obs_slices["gps"]] = -1.0
         cfg = self.cfg
         # A step changes the distance by at most one cell; with trial_potential shaping the step
-        # that starts the next inner episode also pays the potential's move, at most the longest
-        # path on the map (fewer cells than the map has).
-        cells = 1 + (cfg.grid_size**2 if cfg.shaping == "trial_potential" else 0)
+        # that starts the next inner episode also pays the potential's move, and with
+        # episode_refund a failed inner episode pays back its distance reward: each at most the
+        # longest path on the map (fewer cells than the map has).
+        cells = 1 + (cfg.grid_size**2 if cfg.shaping != "episode" else 0)
         low[self.obs_slices["prev_reward"]] = (
             -cfg.step_cost - cfg.failed_stop_penalty - cfg.distance_reward_scale * cells
         )
@@ -269,6 +272,12 @@ class ObjNavVec:
         self.prev_action = a
         self.episode_start[:] = False
 
+        if cfg.shaping == "episode_refund":
+            # A failed STOP gives back what its inner episode gained (or lost) in distance reward.
+            failed = stop & ~success
+            reward -= np.where(
+                failed, cfg.distance_reward_scale * (self.start_dist - self.dist), 0.0
+            ).astype(np.float32)
         restart = np.flatnonzero(episode_done & ~trial_done)
         if restart.size:
             end_dist = self.dist[restart]
@@ -307,11 +316,14 @@ class ObjNavVec:
         vis_o, cells_o = vis[:, oc], cells[:, oc]  # (N, P)
         n_cells = oc.size
         # Splitting the contiguous last axis makes a view, so these writes land in obs.
-        view = obs[:, self.obs_slices["view"]].reshape(self.num_envs, n_cells, 2 + k)
+        view = obs[:, self.obs_slices["view"]].reshape(self.num_envs, n_cells, self._cat0 + k)
         view[:, :, 0] = vis_o
         view[:, :, 1] = vis_o & (cells_o == WALL)
         env_i, cell_i = np.nonzero(vis_o & (cells_o >= OBJECT0))
-        view[env_i, cell_i, 2 + cells_o[env_i, cell_i].astype(np.int64) - OBJECT0] = 1.0
+        category = cells_o[env_i, cell_i].astype(np.int64) - OBJECT0
+        view[env_i, cell_i, self._cat0 + category] = 1.0
+        if self._cat0 == 3:
+            view[:, :, 2] = vis_o & (cells_o == OBJECT0 + self.target[:, None])
 
         obs[rows, self.obs_slices["target"].start + self.target] = 1.0
         gps = obs[:, self.obs_slices["gps"]]

@@ -30,14 +30,20 @@ def test_observation_layout_at_trial_start():
     assert (obs[:, s["episode_start"]] == 1).all()
 
 
-def test_view_channels_match_the_map():
-    vec = _vec(16, seed=3)
+@pytest.mark.parametrize("target_channel", [False, True])
+def test_view_channels_match_the_map(target_channel):
+    vec = _vec(16, seed=3, target_channel=target_channel)
+    k = vec.cfg.num_categories
+    cat0 = 3 if target_channel else 2
+    assert vec.view_shape == (4, 9, cat0 + k)
+    assert vec.obs_dim == 4 * 9 * (cat0 + k) + k + 4 + 4 + 1 + 1
     low, high = vec.obs_bounds()
     rng = np.random.default_rng(0)
+    targets_seen = 0
     for _ in range(30):
         vec.step(rng.integers(0, 4, 16))
         assert ((vec._obs >= low) & (vec._obs <= high)).all()
-        view = vec._obs[:, vec.obs_slices["view"]].reshape(16, -1, 2 + vec.cfg.num_categories)
+        view = vec._obs[:, vec.obs_slices["view"]].reshape(16, -1, cat0 + k)
         for i in range(16):
             world = vec.pos[i] + vec.geom.offsets[vec.heading[i]][vec.geom.obs_cells]
             codes = vec._grid[i, world]
@@ -45,9 +51,21 @@ def test_view_channels_match_the_map():
             assert np.array_equal(view[i, :, 0] == 1, seen)
             assert np.array_equal(view[i, :, 1] == 1, seen & (codes == WALL))
             for p in np.flatnonzero(seen & (codes >= OBJECT0)):
-                assert view[i, p, 2 + codes[p] - OBJECT0] == 1
+                assert view[i, p, cat0 + codes[p] - OBJECT0] == 1
             assert view[i, ~seen].sum() == 0
-            assert view[i, :, 2:].sum() == (seen & (codes >= OBJECT0)).sum()
+            assert view[i, :, cat0:].sum() == (seen & (codes >= OBJECT0)).sum()
+            if target_channel:
+                # The target channel marks exactly the seen cells that hold the target category.
+                is_target = seen & (codes == OBJECT0 + vec.target[i])
+                assert np.array_equal(view[i, :, 2] == 1, is_target)
+                targets_seen += is_target.sum()
+    if target_channel:
+        assert targets_seen > 0
+
+
+def test_target_channel_must_be_a_bool():
+    with pytest.raises(ValueError, match="target_channel must be true or false"):
+        ObjNavConfig(target_channel=1)
 
 
 def test_forward_turns_walls_and_gps():
@@ -72,7 +90,7 @@ def test_forward_turns_walls_and_gps():
     assert not np.array_equal(start, vec.positions()[0])
 
 
-@pytest.mark.parametrize("shaping", ["trial_potential", "episode"])
+@pytest.mark.parametrize("shaping", ["trial_potential", "episode_refund", "episode"])
 def test_oracle_succeeds_with_spl_one_and_rewards_add_up(shaping):
     vec = _vec(8, seed=1, shaping=shaping)
     cfg = vec.cfg
@@ -99,15 +117,18 @@ def test_oracle_succeeds_with_spl_one_and_rewards_add_up(shaping):
     assert episodes > 50
 
 
-def test_stop_out_of_reach_fails_and_starts_next_episode():
-    vec = _vec(4, seed=2)
+@pytest.mark.parametrize("shaping", ["trial_potential", "episode_refund"])
+def test_stop_out_of_reach_fails_and_starts_next_episode(shaping):
+    vec = _vec(4, seed=2, shaping=shaping)
     assert not vec.target_in_reach.any()  # starts keep min_start_distance >= 2 from goal cells
     index = vec.episode_index.copy()
     before = vec.dist.copy()
     r = vec.step(np.zeros(4, dtype=np.int64))
     assert r.episode_done.all() and not r.success.any()
     cfg = vec.cfg
-    jump = cfg.distance_reward_scale * (before - vec.dist)  # to the next start and target
+    # trial_potential: the potential's move to the next start and target is paid; episode_refund:
+    # nothing (the failed episode had not moved, so there is nothing to pay back).
+    jump = cfg.distance_reward_scale * (before - vec.dist) if shaping == "trial_potential" else 0
     assert np.allclose(r.reward, -cfg.step_cost - cfg.failed_stop_penalty + jump, atol=1e-6)
     assert (r.spl == 0).all() and (r.episode_length == 1).all()
     assert np.array_equal(vec.episode_index, index + 1)
@@ -171,10 +192,11 @@ def _trial_total(policy: str, shaping: str, trials_envs: int = 16) -> np.ndarray
     return total
 
 
-def test_stop_farming_earns_less_than_standing_still():
-    still, farm = _trial_total("still", "trial_potential"), _trial_total("farm", "trial_potential")
+@pytest.mark.parametrize("shaping", ["trial_potential", "episode_refund"])
+def test_stop_farming_earns_less_than_standing_still(shaping):
+    still, farm = _trial_total("still", shaping), _trial_total("farm", shaping)
     assert farm.mean() < still.mean() - 5.0  # each failed STOP costs, and approaching pays nothing
-    assert _trial_total("oracle", "trial_potential").mean() > still.mean() + 20
+    assert _trial_total("oracle", shaping).mean() > still.mean() + 20
     # The per-episode shaping it replaces is the farm the agents learnt:
     farm_ep = _trial_total("farm", "episode")
     still_ep = _trial_total("still", "episode")
@@ -182,7 +204,7 @@ def test_stop_farming_earns_less_than_standing_still():
 
 
 def test_trial_potential_telescopes_over_a_trial():
-    vec = _vec(6, seed=9, trial_len=300, episode_len=40)
+    vec = _vec(6, seed=9, trial_len=300, episode_len=40, shaping="trial_potential")
     cfg = vec.cfg
     start = vec.dist.astype(float).copy()
     rng = np.random.default_rng(2)
@@ -203,3 +225,38 @@ def test_trial_potential_telescopes_over_a_trial():
     )
     np.testing.assert_allclose(total, expected, atol=1e-3)
     assert failed_stops.sum() > 0 and successes.sum() > 0
+
+
+def test_episode_refund_pays_back_a_failed_stop_and_keeps_success_and_timeouts():
+    vec = _vec(8, seed=12, shaping="episode_refund", episode_len=30)
+    cfg = vec.cfg
+    scale = cfg.distance_reward_scale
+    rng = np.random.default_rng(4)
+    seen = {"failed_stop": 0, "success": 0, "timeout": 0}
+    for _ in range(400):
+        start, before = vec.start_dist.copy(), vec.dist.copy()
+        actions = np.where(rng.random(8) < 0.7, vec.oracle_actions(), rng.integers(0, 4, 8))
+        r = vec.step(actions)
+        stop = actions == 0
+        failed = stop & ~r.success
+        base = np.where(r.success, cfg.success_reward, 0.0) - cfg.step_cost
+        base -= np.where(failed, cfg.failed_stop_penalty, 0.0)
+        # Without a restart the distance reward is this step's decrease (rows that restarted
+        # hold the next start's distance, so they are checked below from the reward).
+        kept = ~r.episode_done
+        np.testing.assert_allclose(
+            r.reward[kept], (base + scale * (before - vec.dist))[kept], atol=1e-5
+        )
+        ended = r.episode_done & ~r.trial_done
+        for i in np.flatnonzero(ended):
+            moved_closer = r.reward[i] - base[i]  # the step's distance reward
+            if failed[i]:
+                # STOP does not move, and the episode's whole distance reward, scale * (start -
+                # before), comes back.
+                np.testing.assert_allclose(moved_closer, scale * (before[i] - start[i]), atol=1e-5)
+                seen["failed_stop"] += 1
+            else:
+                # Success or the step limit: only this step's decrease (0 or +-1 cell).
+                assert abs(moved_closer) <= scale + 1e-5
+                seen["success" if r.success[i] else "timeout"] += 1
+    assert min(seen.values()) > 0, seen
