@@ -6,6 +6,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 SHAPINGS = ("trial_potential", "episode_refund", "episode")
+REWARD_OBS = ("full", "task")
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,12 @@ class ObjNavConfig:
     ``episode``: the potential restarts
     with every inner episode (ExtObjNav's per-episode reward), which, inside long trials, pays an
     agent that walks a little closer and STOPs, again and again."""
+    reward_obs: str = "full"
+    """What the observation's ``prev_reward`` shows. ``full``: the previous step's reward.
+    ``task``: only its task part, +success_reward for a success and -failed_stop_penalty for a
+    failed STOP (0 otherwise): the distance term is a training signal, and shown to the policy it
+    tells a memoryless agent at every step whether it moved closer to the target, a compass that
+    makes the layout not worth remembering."""
     failed_stop_penalty: float = 0.1
     """Subtracted on a STOP that does not succeed (it also ends the inner episode)."""
     min_start_distance: int = 2
@@ -92,6 +99,10 @@ class ObjNavConfig:
         if self.shaping not in SHAPINGS:
             raise ValueError(
                 f"ObjNav shaping must be one of {list(SHAPINGS)}, got {self.shaping!r}"
+            )
+        if self.reward_obs not in REWARD_OBS:
+            raise ValueError(
+                f"ObjNav reward_obs must be one of {list(REWARD_OBS)}, got {self.reward_obs!r}"
             )
         if self.failed_stop_penalty < 0:
             raise ValueError(

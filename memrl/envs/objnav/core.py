@@ -16,8 +16,9 @@ Observation (float32 vector per env; ``ObjNavVec.obs_slices`` names the parts):
   divided by grid_size), then sin and cos of the heading relative to the start heading
   (clockwise positive: a right turn from the start pose gives sin = 1);
 - ``prev_action`` (4): one-hot of the previous action (zeros at a trial's first step);
-- ``prev_reward`` (1) and ``episode_start`` (1): the previous reward, and 1 at an inner
-  episode's first step (in-context RL inputs, as in Dark-Key-To-Door).
+- ``prev_reward`` (1) and ``episode_start`` (1): the previous reward (with ``reward_obs="task"``
+  only its success / failed-STOP part), and 1 at an inner episode's first step (in-context RL
+  inputs, as in Dark-Key-To-Door).
 
 Actions: 0 stop, 1 forward (one cell; blocked by walls and objects), 2 turn left, 3 turn right.
 """
@@ -153,12 +154,16 @@ class ObjNavVec:
         # episode_refund a failed inner episode pays back its distance reward: each at most the
         # longest path on the map (fewer cells than the map has).
         cells = 1 + (cfg.grid_size**2 if cfg.shaping != "episode" else 0)
-        low[self.obs_slices["prev_reward"]] = (
-            -cfg.step_cost - cfg.failed_stop_penalty - cfg.distance_reward_scale * cells
-        )
-        high[self.obs_slices["prev_reward"]] = (
-            cfg.success_reward + cfg.distance_reward_scale * cells
-        )
+        if cfg.reward_obs == "task":  # only the success reward and the failed-STOP penalty
+            low[self.obs_slices["prev_reward"]] = -cfg.failed_stop_penalty
+            high[self.obs_slices["prev_reward"]] = cfg.success_reward
+        else:
+            low[self.obs_slices["prev_reward"]] = (
+                -cfg.step_cost - cfg.failed_stop_penalty - cfg.distance_reward_scale * cells
+            )
+            high[self.obs_slices["prev_reward"]] = (
+                cfg.success_reward + cfg.distance_reward_scale * cells
+            )
         return low, high
 
     # ---- trials and inner episodes -------------------------------------------------------------
@@ -291,7 +296,12 @@ class ObjNavVec:
         ongoing[restart] = False
         self.episode_return += np.where(ongoing, reward, 0.0)
         self.trial_return += reward
-        self.prev_reward = reward
+        if cfg.reward_obs == "task":
+            self.prev_reward = (
+                cfg.success_reward * success - cfg.failed_stop_penalty * (stop & ~success)
+            ).astype(np.float32)
+        else:
+            self.prev_reward = reward
         if self.autoreset:
             ended = np.flatnonzero(trial_done)
             if ended.size:

@@ -260,3 +260,33 @@ def test_episode_refund_pays_back_a_failed_stop_and_keeps_success_and_timeouts()
                 assert abs(moved_closer) <= scale + 1e-5
                 seen["success" if r.success[i] else "timeout"] += 1
     assert min(seen.values()) > 0, seen
+
+
+def test_reward_obs_task_shows_only_success_and_failed_stops():
+    full = _vec(8, seed=13)
+    task = _vec(8, seed=13, reward_obs="task")
+    cfg = task.cfg
+    low, high = task.obs_bounds()
+    pr = task.obs_slices["prev_reward"].start
+    rng = np.random.default_rng(5)
+    kinds = {"success": 0, "failed_stop": 0, "moved": 0}
+    for _ in range(300):
+        actions = np.where(rng.random(8) < 0.7, full.oracle_actions(), rng.integers(0, 4, 8))
+        rf, rt = full.step(actions), task.step(actions)
+        # Same dynamics and rewards; only the observed previous reward differs.
+        assert np.array_equal(rf.reward, rt.reward) and np.array_equal(rf.success, rt.success)
+        failed = (actions == 0) & ~rt.success
+        expected = np.where(rt.success, cfg.success_reward, 0.0)
+        expected -= np.where(failed, cfg.failed_stop_penalty, 0.0)
+        np.testing.assert_allclose(rt.obs[:, pr], expected, atol=1e-6)
+        np.testing.assert_allclose(rf.obs[:, pr], rf.reward, atol=1e-6)
+        others = np.ones(full.obs_dim, bool)
+        others[pr] = False
+        assert np.array_equal(rf.obs[:, others], rt.obs[:, others])
+        assert ((rt.obs >= low) & (rt.obs <= high)).all()
+        kinds["success"] += rt.success.sum()
+        kinds["failed_stop"] += failed.sum()
+        kinds["moved"] += (np.abs(rt.reward) > 0.1).sum()
+    assert min(kinds.values()) > 0, kinds
+    with pytest.raises(ValueError, match="reward_obs must be one of"):
+        ObjNavConfig(reward_obs="distance")
