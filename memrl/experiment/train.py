@@ -26,7 +26,9 @@ import math
 import os
 import re
 import shutil
+import signal
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -539,6 +541,7 @@ def train(
             where="this machine's Ray" if info.embedded else "the cluster",
         )
         algo = build_algo(algo_config, run.path / "rllib")
+        stop_request = StopOnSigterm(echo)
         try:
             if checkpoint is not None:
                 echo(
@@ -559,23 +562,29 @@ def train(
                 with lost_learner_ends_run(algo, run, last_saved):
                     run.save_checkpoint(algo, algo.iteration, exp.run.keep_checkpoints)
 
-            while not _should_stop(exp, algo.iteration, rows):
-                t0 = time.time()
-                with lost_learner_ends_run(algo, run, last_saved):
-                    result = algo.train()
-                row = metrics_row(result, algo)
-                steps_before = rows[-1]["env_steps_sampled"] if rows else 0
-                rows.append(row)
-                run.write_metrics(rows)
-                loggers.log(row)
-                rate = (row["env_steps_sampled"] - steps_before) / max(time.time() - t0, 1e-9)
-                echo(progress_line(row, exp.run.stop_iters, rate))
-                if algo.iteration % exp.run.checkpoint_every == 0:
-                    save()
-                    run.sync_tb()
-                    last_saved = algo.iteration
+            with stop_request:
+                while not _should_stop(exp, algo.iteration, rows) and not stop_request.requested:
+                    t0 = time.time()
+                    with lost_learner_ends_run(algo, run, last_saved):
+                        result = algo.train()
+                    row = metrics_row(result, algo)
+                    steps_before = rows[-1]["env_steps_sampled"] if rows else 0
+                    rows.append(row)
+                    run.write_metrics(rows)
+                    loggers.log(row)
+                    rate = (row["env_steps_sampled"] - steps_before) / max(time.time() - t0, 1e-9)
+                    echo(progress_line(row, exp.run.stop_iters, rate))
+                    if algo.iteration % exp.run.checkpoint_every == 0:
+                        save()
+                        run.sync_tb()
+                        last_saved = algo.iteration
             if algo.iteration != last_saved:
                 save()
+            if stop_request.requested:
+                echo(
+                    f"stopped on SIGTERM after iteration {algo.iteration}, its checkpoint saved; "
+                    f"continue with: memrl train CONFIG --output {run.location} --resume"
+                )
             loggers.close()
             run.sync_tb()
         finally:
@@ -629,6 +638,41 @@ def learners_lost(algo: Any) -> bool:
     """Whether one of the algorithm's remote learners is marked unhealthy (dead)."""
     health = learner_health(algo)
     return health is not None and health[0] < health[1]
+
+
+class StopOnSigterm:
+    """While active (a ``with`` block in the main thread), SIGTERM asks training to stop after
+    the iteration in progress instead of ending the process at once: ``ray job stop``, a
+    scheduler's preemption or ``kill`` then leave a checkpoint of the last iteration, the metrics
+    and the summary, as a normal end does. A second SIGTERM goes to the handler that was there
+    before (Ray's driver raises SystemExit), for a process that must end now."""
+
+    def __init__(self, echo: Any = print) -> None:
+        self._echo = echo
+        self.requested = False
+        self._previous: Any = None
+        self._installed = False
+
+    def __enter__(self) -> StopOnSigterm:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGTERM, self._handle)
+            self._installed = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._installed:
+            signal.signal(signal.SIGTERM, self._previous)
+            self._installed = False
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if not self.requested:
+            self.requested = True
+            self._echo("SIGTERM: stopping after this iteration (send it again to stop at once)")
+            return
+        previous = self._previous
+        if callable(previous):
+            previous(signum, frame)
+        raise SystemExit(128 + signum)
 
 
 def _lost_actor_message(err: Exception, algo: Any, run: RunDir, last_saved: int) -> str:

@@ -158,6 +158,47 @@ def test_resume_after_kill_continues_without_gaps(tmp_path):
     assert steps[last_ckpt] == steps[last_ckpt - 1] + 400  # the counter continued
 
 
+def test_sigterm_stops_after_the_iteration_with_a_checkpoint_and_summary(tmp_path):
+    """`ray job stop` and schedulers send SIGTERM: the run ends as at its stop criteria, with a
+    checkpoint of its last iteration (not only the periodic ones) and its summary."""
+    cfg = write_config(tmp_path / "tiny.yaml", run={"stop_iters": 50, "checkpoint_every": 20})
+    run = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memrl", "train", str(cfg), "--output", str(run)],
+        cwd=REPO,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.time() + 240
+        while time.time() < deadline:
+            if (run / "metrics.parquet").exists() and len(
+                pd.read_parquet(run / "metrics.parquet")
+            ) >= 3:
+                break
+            time.sleep(0.2)
+        else:
+            pytest.fail("training made no progress")
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 0, out
+    rows = pd.read_parquet(run / "metrics.parquet")
+    last = int(rows.training_iteration.iloc[-1])
+    assert 3 <= last < 20, out  # stopped long before stop_iters and the first periodic save
+    assert list(rows.training_iteration) == list(range(1, last + 1))
+    assert "SIGTERM: stopping after this iteration" in out
+    assert f"stopped on SIGTERM after iteration {last}, its checkpoint saved" in out
+    assert [p.name for p in (run / "checkpoints").iterdir()] == [f"iter_{last:06d}"]
+    assert "return_last" in (run / "summary.md").read_text()
+
+
 def test_restored_weights_reach_remote_env_runners(tmp_path):
     """After restore_from_path + the explicit sync, remote runners act with the saved weights."""
     import numpy as np
