@@ -151,8 +151,8 @@ class ObjNavVec:
         cfg = self.cfg
         # A step changes the distance by at most one cell; with trial_potential shaping the step
         # that starts the next inner episode also pays the potential's move, and with
-        # episode_refund a failed inner episode pays back its distance reward: each at most the
-        # longest path on the map (fewer cells than the map has).
+        # episode_refund a failed STOP pays back its inner episode's distance reward: each at
+        # most the longest path on the map (fewer cells than the map has).
         cells = 1 + (cfg.grid_size**2 if cfg.shaping != "episode" else 0)
         if cfg.reward_obs == "task":  # only the success reward and the failed-STOP penalty
             low[self.obs_slices["prev_reward"]] = -cfg.failed_stop_penalty
@@ -252,13 +252,14 @@ class ObjNavVec:
         self.heading = (self.heading + (a == TURN_RIGHT) - (a == TURN_LEFT)) % 4
         stop = a == STOP
         success = stop & self.target_in_reach
+        failed_stop = stop & ~success
 
         cells = self.stride * self.stride
         new_dist = self._dist[rows, self.target * cells + self.pos].astype(np.int64)
         reward = (
             cfg.success_reward * success
             - cfg.step_cost
-            - cfg.failed_stop_penalty * (stop & ~success)
+            - cfg.failed_stop_penalty * failed_stop
             + cfg.distance_reward_scale * (self.dist - new_dist)
         ).astype(np.float32)
         self.dist = new_dist
@@ -279,9 +280,8 @@ class ObjNavVec:
 
         if cfg.shaping == "episode_refund":
             # A failed STOP gives back what its inner episode gained (or lost) in distance reward.
-            failed = stop & ~success
             reward -= np.where(
-                failed, cfg.distance_reward_scale * (self.start_dist - self.dist), 0.0
+                failed_stop, cfg.distance_reward_scale * (self.start_dist - self.dist), 0.0
             ).astype(np.float32)
         restart = np.flatnonzero(episode_done & ~trial_done)
         if restart.size:
@@ -298,7 +298,7 @@ class ObjNavVec:
         self.trial_return += reward
         if cfg.reward_obs == "task":
             self.prev_reward = (
-                cfg.success_reward * success - cfg.failed_stop_penalty * (stop & ~success)
+                cfg.success_reward * success - cfg.failed_stop_penalty * failed_stop
             ).astype(np.float32)
         else:
             self.prev_reward = reward
