@@ -62,3 +62,17 @@ def memrl_cli(
         text=True,
         timeout=timeout,
     )
+
+
+def memrl_background(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    """Starts `python -m memrl ARGS` in the background, in a session of its own (so a test can
+    signal it, or kill its whole process group), with stdout and stderr together in one pipe."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "memrl", *args],
+        cwd=REPO,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )

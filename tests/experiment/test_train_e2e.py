@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 
 import pandas as pd
 import pytest
 import yaml
-from memrl_testing import REPO, memrl_cli, write_config
+from memrl_testing import memrl_background, memrl_cli, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -117,28 +115,25 @@ def test_existing_run_needs_resume_and_too_many_runners_is_refused(tmp_path):
     assert out.returncode == 2 and "nothing to resume" in out.stderr
 
 
+def _wait_for_rows(run, rows: int, timeout: float = 600) -> None:
+    """Waits until a training run's metrics hold ``rows`` iterations (a generous deadline: Ray
+    starts slowly on a loaded machine)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if (run / "metrics.parquet").exists():
+            if len(pd.read_parquet(run / "metrics.parquet")) >= rows:
+                return
+        time.sleep(0.2)
+    pytest.fail("training made no progress")
+
+
 def test_resume_after_kill_continues_without_gaps(tmp_path):
     cfg = write_config(tmp_path / "tiny.yaml", run={"stop_iters": 50, "checkpoint_every": 2})
     run = tmp_path / "run"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "memrl", "train", str(cfg), "--output", str(run)],
-        cwd=REPO,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    proc = memrl_background("train", str(cfg), "--output", str(run))
     try:
-        deadline = time.time() + 240
         # Kill between checkpoints: after iteration 5 (checkpoint at 4), so row 5 must be redone.
-        while time.time() < deadline:
-            if (run / "metrics.parquet").exists():
-                rows = pd.read_parquet(run / "metrics.parquet")
-                if len(rows) >= 5:
-                    break
-            time.sleep(0.2)
-        else:
-            pytest.fail("training made no progress")
+        _wait_for_rows(run, 5)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
@@ -163,25 +158,9 @@ def test_sigterm_stops_after_the_iteration_with_a_checkpoint_and_summary(tmp_pat
     checkpoint of its last iteration (not only the periodic ones) and its summary."""
     cfg = write_config(tmp_path / "tiny.yaml", run={"stop_iters": 50, "checkpoint_every": 20})
     run = tmp_path / "run"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "memrl", "train", str(cfg), "--output", str(run)],
-        cwd=REPO,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
+    proc = memrl_background("train", str(cfg), "--output", str(run))
     try:
-        deadline = time.time() + 240
-        while time.time() < deadline:
-            if (run / "metrics.parquet").exists() and len(
-                pd.read_parquet(run / "metrics.parquet")
-            ) >= 3:
-                break
-            time.sleep(0.2)
-        else:
-            pytest.fail("training made no progress")
+        _wait_for_rows(run, 3)
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=180)
     finally:

@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
-from memrl_testing import REPO, TINY, memrl_cli, write_config
+from memrl_testing import REPO, TINY, memrl_background, memrl_cli, write_config
 
 from memrl.experiment.config import load_yaml
 from memrl.experiment.tune import check_search_space, trial_experiment
@@ -156,16 +154,7 @@ def test_sweep_from_the_cli_is_interrupted_and_resumes(tmp_path):
         },
     )
     sweep = tmp_path / "sweep"
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "HOME": str(home)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "memrl", "tune", str(cfg), "--output", str(sweep)],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
+    proc = memrl_background("tune", str(cfg), "--output", str(sweep), env={"HOME": str(home)})
     try:
         deadline = time.time() + 300
         while time.time() < deadline and proc.poll() is None:
