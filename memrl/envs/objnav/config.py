@@ -32,9 +32,9 @@ class ObjNavConfig:
     target_channel: bool = False
     """Adds a view channel that marks the visible cells holding an instance of the current
     target (channels become [seen, wall, target, category 0..K-1]): a goal-conditioned view, as a
-    target segmentation mask would give a camera-based agent. Small models learn to approach and
-    STOP far sooner with it; finding a target that is out of view still needs exploration or a
-    memory of where its category was seen."""
+    target segmentation mask would give a camera-based agent (the CPU configs turn it on).
+    Finding a target that is out of view still needs exploration or a memory of where its
+    category was seen."""
     success_distance: float = 2.0
     """Reach: STOP succeeds if a target instance in view is this close (Euclidean, cells)."""
     success_reward: float = 2.0
@@ -53,10 +53,9 @@ class ObjNavConfig:
     episode collected: walking closer and STOPping earns nothing, while a success keeps its
     distance reward and is never charged for the next start (agents learn far sooner with it;
     an episode cut by the step limit keeps its distance reward too, at most
-    distance_reward_scale x the start distance per episode_len steps).
-    ``episode``: the potential restarts
-    with every inner episode (ExtObjNav's per-episode reward), which, inside long trials, pays an
-    agent that walks a little closer and STOPs, again and again."""
+    distance_reward_scale x the start distance per episode_len steps). ``episode``: the
+    potential restarts with every inner episode (ExtObjNav's per-episode reward), which, inside
+    long trials, pays an agent that walks a little closer and STOPs, again and again."""
     reward_obs: str = "full"
     """What the observation's ``prev_reward`` shows. ``full``: the previous step's reward.
     ``task``: only its task part, +success_reward for a success and -failed_stop_penalty for a
@@ -94,7 +93,8 @@ class ObjNavConfig:
                 )
         if not isinstance(self.target_channel, bool):
             raise ValueError(
-                f"ObjNav target_channel must be true or false, got {self.target_channel!r}"
+                f"ObjNav target_channel must be true or false, got {self.target_channel!r}; "
+                "fix env.config.target_channel"
             )
         if self.shaping not in SHAPINGS:
             raise ValueError(
