@@ -249,8 +249,18 @@ class LocalCluster:
             timeout=timeout,
         )
 
-    def submit(self, submission_id: str, entrypoint: list[str], cwd: Path) -> None:
-        """`ray job submit --working-dir .` of an entrypoint, without waiting for it."""
+    def submit(
+        self,
+        submission_id: str,
+        entrypoint: list[str],
+        cwd: Path,
+        env_vars: dict[str, str] | None = None,
+    ) -> None:
+        """`ray job submit --working-dir .` of an entrypoint (with ``env_vars`` in its runtime
+        env), without waiting for it."""
+        runtime_env: dict[str, Any] = {"excludes": EXCLUDES}
+        if env_vars:
+            runtime_env["env_vars"] = env_vars
         out = self.job(
             "submit",
             "--no-wait",
@@ -259,7 +269,7 @@ class LocalCluster:
             "--working-dir",
             ".",
             "--runtime-env-json",
-            json.dumps({"excludes": EXCLUDES}),
+            json.dumps(runtime_env),
             "--",
             *entrypoint,
             timeout=180,

@@ -13,7 +13,7 @@ import subprocess
 
 import pandas as pd
 import pytest
-from local_cluster import RAY, local_cluster
+from local_cluster import RAY, local_cluster, wait_for
 from memrl_testing import REPO, write_config
 
 pytestmark = pytest.mark.slow
@@ -47,3 +47,33 @@ def test_ray_job_submit_runs_memrl_train_on_a_token_auth_head(tmp_path):
     assert list(df.training_iteration) == [1, 2]
     assert (run / "checkpoints" / "iter_000002").is_dir()
     assert (run / "curve.png").is_file()
+
+
+def test_ray_job_stop_ends_the_run_after_its_iteration_with_a_checkpoint(tmp_path):
+    """`ray job stop` sends SIGTERM, then SIGKILL after RAY_JOB_STOP_WAIT_TIME_S: given the time
+    in the job's env_vars (as README says), the run stops cleanly with its last iteration saved."""
+    cfg = write_config(tmp_path / "long.yaml", run={"stop_iters": 200, "checkpoint_every": 50})
+    run = tmp_path / "run"
+    with local_cluster("memrl-jobstop-") as cluster:
+        cluster.start_head(num_cpus=2)
+        cluster.submit(
+            "memrl-long",
+            ["memrl", "train", str(cfg), "--output", str(run)],
+            cwd=REPO,
+            env_vars={"RAY_JOB_STOP_WAIT_TIME_S": "120"},
+        )
+
+        def rows() -> int:
+            path = run / "metrics.parquet"
+            return len(pd.read_parquet(path)) if path.exists() else 0
+
+        wait_for(lambda: rows() >= 3, 480, "3 training iterations of the job")
+        stop = cluster.job("stop", "memrl-long", timeout=180)
+        assert stop.returncode == 0, stop.stdout + stop.stderr
+        status, logs = cluster.wait_job("memrl-long", timeout=180)
+    assert status == "STOPPED", logs[-4000:]
+    last = int(pd.read_parquet(run / "metrics.parquet").training_iteration.iloc[-1])
+    assert 3 <= last < 50, logs[-4000:]  # before the first periodic checkpoint
+    assert f"stopped on SIGTERM after iteration {last}, its checkpoint saved" in logs
+    assert [p.name for p in (run / "checkpoints").iterdir()] == [f"iter_{last:06d}"]
+    assert (run / "summary.md").is_file()
