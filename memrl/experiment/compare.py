@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from memrl.experiment.report import axis_label, format_number, write_report
+from memrl.experiment.report import axis_label, format_number, read_table, write_report
 from memrl.experiment.run_plots import short_count, smoothing_window
 
 GRID_POINTS = 200
@@ -50,7 +50,6 @@ def load_run(path: str | Path, metric: str) -> tuple[dict[str, Any], str, np.nda
         FileNotFoundError: not a run directory, or it has no metrics yet.
         ValueError: the run never logged ``metric`` (the message lists what it has).
     """
-    import pandas as pd
 
     run = Path(path)
     if not (run / "config.yaml").is_file() or not (run / "metrics.parquet").is_file():
@@ -59,7 +58,7 @@ def load_run(path: str | Path, metric: str) -> tuple[dict[str, Any], str, np.nda
             "give directories that `memrl train` wrote"
         )
     config = yaml.safe_load((run / "config.yaml").read_text()) or {}
-    frame = pd.read_parquet(run / "metrics.parquet")
+    frame = read_table(run / "metrics.parquet")
     if metric not in frame or frame[metric].notna().sum() == 0:
         numeric = sorted(c for c in frame.columns if frame[c].dtype.kind in "fi")
         raise ValueError(f"{run} has no values of {metric!r}; its metrics: {numeric}")

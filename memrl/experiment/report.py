@@ -127,6 +127,27 @@ def format_number(value: Any) -> str:
     return f"{value:.3e}"
 
 
+def read_table(path: str | Path) -> Any:
+    """A parquet file as a pandas frame, safe to read while another process replaces it.
+
+    memrl writes its tables (a run's metrics.parquet after every iteration, a sweep's
+    trials.parquet) to a temporary file renamed over the old one. A reader that opens the path more
+    than once, as pandas and pyarrow do (its size first, then its bytes), can pair the old file's
+    size with the new file's bytes and fail with "Page was smaller than expected". One open and
+    one read get one version whole.
+    """
+    return frame_of_parquet(Path(path).read_bytes())
+
+
+def frame_of_parquet(data: bytes) -> Any:
+    """The pandas frame of a parquet file's bytes."""
+    import io
+
+    import pandas as pd
+
+    return pd.read_parquet(io.BytesIO(data))
+
+
 def add_output_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     """Adds ``--output DIR`` and ``--json`` to a benchmark's parser."""
     parser.add_argument(

@@ -31,7 +31,7 @@ from typing import Any
 import yaml
 
 from memrl.experiment.memory_verdict import gain_is_clear, recalls, recent_gain_noise
-from memrl.experiment.report import format_number
+from memrl.experiment.report import format_number, read_table
 
 logger = logging.getLogger(__name__)
 
@@ -64,9 +64,7 @@ def collect(run: Path) -> dict[str, Any]:
     config = yaml.safe_load(config_text) or {}
     frame = None
     if (run / "metrics.parquet").is_file():
-        import pandas as pd
-
-        frame = pd.read_parquet(run / "metrics.parquet")
+        frame = read_table(run / "metrics.parquet")
     evals = _evaluations(run)
     latest = evals[-1] if evals else None
     replays: list[dict[str, Any]] = []

@@ -42,6 +42,7 @@ from memrl.experiment.config import ExperimentConfig, parse_config
 from memrl.experiment.memory_verdict import memory_line, success_line
 from memrl.experiment.ray_session import ray_session
 from memrl.experiment.replay import REPLAY_ENVS
+from memrl.experiment.report import frame_of_parquet
 from memrl.experiment.run_plots import plot_training_png
 from memrl.experiment.run_report import REPORT_NAME, write_run_report
 
@@ -187,9 +188,8 @@ class RunDir:
     def read_metrics(self) -> list[dict[str, Any]]:
         if not self.exists(METRICS):
             return []
-        import pyarrow.parquet as pq
-
-        return pq.read_table(self.at(METRICS), filesystem=self.fs).to_pandas().to_dict("records")
+        with self.fs.open_input_stream(self.at(METRICS)) as f:  # one open: see read_table
+            return frame_of_parquet(f.read()).to_dict("records")
 
     def write_metrics(self, rows: list[dict[str, Any]]) -> None:
         self.write_rows(METRICS, rows)

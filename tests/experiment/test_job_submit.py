@@ -16,6 +16,8 @@ import pytest
 from local_cluster import RAY, local_cluster, wait_for
 from memrl_testing import REPO, write_config
 
+from memrl.experiment.report import read_table
+
 pytestmark = pytest.mark.slow
 
 
@@ -65,7 +67,7 @@ def test_ray_job_stop_ends_the_run_after_its_iteration_with_a_checkpoint(tmp_pat
 
         def rows() -> int:
             path = run / "metrics.parquet"
-            return len(pd.read_parquet(path)) if path.exists() else 0
+            return len(read_table(path)) if path.exists() else 0
 
         wait_for(lambda: rows() >= 3, 480, "3 training iterations of the job")
         stop = cluster.job("stop", "memrl-long", timeout=180)

@@ -27,6 +27,8 @@ import yaml
 from local_cluster import LocalCluster, local_cluster, wait_for
 from memrl_testing import REPO, write_config
 
+from memrl.experiment.report import read_table
+
 pytestmark = pytest.mark.slow
 
 ENV_RUNNER = "SingleAgentEnvRunner"
@@ -52,8 +54,8 @@ def cluster():
 
 def _rows(path: Path) -> pd.DataFrame:
     try:
-        return pd.read_parquet(path)
-    except (FileNotFoundError, OSError, ValueError):  # not written yet, or being replaced
+        return read_table(path)
+    except FileNotFoundError:  # not written yet
         return pd.DataFrame({"training_iteration": []})
 
 

@@ -3,12 +3,14 @@ cloud storage, which takes the same upload path as s3:// or gs://)."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
 from memrl_testing import TINY
 
 from memrl.experiment.config import parse_config
+from memrl.experiment.report import read_table
 from memrl.experiment.train import (
     STATE_FILE,
     RunDir,
@@ -130,3 +132,35 @@ def test_where_a_run_goes(tmp_path):
         open_filesystem("nosuch://x")
     with pytest.raises(ValueError, match="needs a local directory"):
         RunDir("file:///tmp/x")
+
+
+def test_metrics_read_whole_while_the_run_replaces_them(tmp_path):
+    """`memrl compare`, the run report and the tests read metrics.parquet while `memrl train`
+    renames a new version over it every iteration: each read must see one version whole (reading
+    the path with pandas fails ~10% of the time here: the old file's size, the new file's bytes)."""
+    run = RunDir(tmp_path / "run")
+    rows = [{"training_iteration": 0, "note": ""}]
+    run.write_metrics(rows)
+    writes = 0
+    done = threading.Event()
+
+    def train() -> None:
+        nonlocal writes
+        while not done.is_set():
+            # Rows of varying width, so that consecutive versions differ in size.
+            rows.append({"training_iteration": len(rows), "note": "x" * (len(rows) % 37)})
+            run.write_metrics(rows)
+            writes += 1
+
+    writer = threading.Thread(target=train)
+    writer.start()
+    seen = []
+    try:
+        for _ in range(400):
+            seen.append(len(read_table(tmp_path / "run" / "metrics.parquet")))
+            seen.append(len(run.read_metrics()))
+    finally:
+        done.set()
+        writer.join()
+    assert writes >= 50, f"only {writes} writes overlapped the reads"
+    assert seen == sorted(seen) and seen[-1] > seen[0]  # every read a whole, newer version

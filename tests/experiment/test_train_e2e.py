@@ -11,6 +11,8 @@ import pytest
 import yaml
 from memrl_testing import memrl_background, memrl_cli, write_config
 
+from memrl.experiment.report import read_table
+
 pytestmark = pytest.mark.slow
 
 REQUIRED_COLUMNS = {
@@ -121,7 +123,7 @@ def _wait_for_rows(run, rows: int, timeout: float = 600) -> None:
     deadline = time.time() + timeout
     while time.time() < deadline:
         if (run / "metrics.parquet").exists():
-            if len(pd.read_parquet(run / "metrics.parquet")) >= rows:
+            if len(read_table(run / "metrics.parquet")) >= rows:
                 return
         time.sleep(0.2)
     pytest.fail("training made no progress")
