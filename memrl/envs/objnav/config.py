@@ -63,7 +63,13 @@ class ObjNavConfig:
     tells a memoryless agent at every step whether it moved closer to the target, a compass that
     makes the layout not worth remembering."""
     failed_stop_penalty: float = 0.1
-    """Subtracted on a STOP that does not succeed (it also ends the inner episode)."""
+    """Subtracted on a STOP that does not succeed."""
+    failed_stop_ends: bool = True
+    """Whether a STOP that does not succeed ends the inner episode (Habitat's rule). With false the
+    agent stays where it is and the inner episode goes on until a success or the step limit: a
+    failed STOP then cannot buy a new start and target (a memoryless agent learns to STOP at once
+    on a start it cannot solve), and the distance reward, which runs on within the episode, has
+    nothing to refund."""
     min_start_distance: int = 2
     """Shortest-path distance (cells) that a new inner episode's start keeps from its target."""
     episode_len: int = 500
@@ -91,11 +97,12 @@ class ObjNavConfig:
                 raise ValueError(
                     f"ObjNav {name} must be an int >= {low}, got {value!r}; fix env.config.{name}"
                 )
-        if not isinstance(self.target_channel, bool):
-            raise ValueError(
-                f"ObjNav target_channel must be true or false, got {self.target_channel!r}; "
-                "fix env.config.target_channel"
-            )
+        for name in ("target_channel", "failed_stop_ends"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(
+                    f"ObjNav {name} must be true or false, got {getattr(self, name)!r}; "
+                    f"fix env.config.{name}"
+                )
         if self.shaping not in SHAPINGS:
             raise ValueError(
                 f"ObjNav shaping must be one of {list(SHAPINGS)}, got {self.shaping!r}"

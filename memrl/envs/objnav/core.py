@@ -1,7 +1,8 @@
 """ObjNavVec: N ObjNav-lite envs stepped together with numpy (no Python loop over envs per step).
 
 Each env runs trials: ``trial_len`` steps in one layout. Inside a trial, inner episodes (a new start
-pose and target category in the same layout) end on STOP or after ``episode_len`` steps, and the
+pose and target category in the same layout) end on STOP (with ``failed_stop_ends=False`` only on
+a successful one) or after ``episode_len`` steps, and the
 next one starts at once, so ``step`` never needs a reset until the trial ends. Layouts are drawn
 per env from that env's own generator (only when a trial starts: a short Python loop over the envs
 whose trials end); start poses and targets are drawn for all envs from one batched generator.
@@ -265,7 +266,8 @@ class ObjNavVec:
         self.dist = new_dist
         self.t_episode += 1
         self.t_trial += 1
-        episode_done = stop | (self.t_episode >= cfg.episode_len)
+        ends = success | failed_stop if cfg.failed_stop_ends else success
+        episode_done = ends | (self.t_episode >= cfg.episode_len)
         trial_done = self.t_trial >= cfg.trial_len
 
         spl = np.where(
@@ -278,7 +280,7 @@ class ObjNavVec:
         self.prev_action = a
         self.episode_start[:] = False
 
-        if cfg.shaping == "episode_refund":
+        if cfg.shaping == "episode_refund" and cfg.failed_stop_ends:
             # A failed STOP gives back what its inner episode gained (or lost) in distance reward.
             reward -= np.where(
                 failed_stop, cfg.distance_reward_scale * (self.start_dist - self.dist), 0.0

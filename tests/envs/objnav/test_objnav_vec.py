@@ -136,6 +136,39 @@ def test_stop_out_of_reach_fails_and_starts_next_episode(shaping):
     assert (vec.dist >= vec.cfg.min_start_distance).all()
 
 
+@pytest.mark.parametrize("shaping", ["trial_potential", "episode_refund", "episode"])
+def test_a_failed_stop_that_does_not_end_the_episode_only_costs_the_penalty(shaping):
+    vec = _vec(8, seed=14, shaping=shaping, failed_stop_ends=False, episode_len=40)
+    cfg = vec.cfg
+    rng = np.random.default_rng(6)
+    failed_stops = successes = 0
+    for _ in range(300):
+        pose = (vec.pos.copy(), vec.heading.copy(), vec.target.copy(), vec.start_dist.copy())
+        index, t_episode, before = vec.episode_index.copy(), vec.t_episode.copy(), vec.dist.copy()
+        actions = np.where(rng.random(8) < 0.6, vec.oracle_actions(), rng.integers(0, 4, 8))
+        actions[rng.random(8) < 0.2] = 0  # STOPs wherever the agent stands
+        r = vec.step(actions)
+        failed = (actions == 0) & ~r.success
+        limit = t_episode + 1 >= cfg.episode_len
+        # The inner episode ends on a success or the step limit, never on a failed STOP.
+        assert np.array_equal(r.episode_done, r.success | limit)
+        on = failed & ~limit & ~r.trial_done
+        # Same start, place, heading and target; the episode's clock runs on.
+        now = (vec.pos, vec.heading, vec.target, vec.start_dist)
+        for after, before_ in zip(now, pose, strict=True):
+            assert np.array_equal(after[on], before_[on])
+        assert np.array_equal(vec.episode_index[on], index[on])
+        assert np.array_equal(vec.t_episode[on], t_episode[on] + 1)
+        # The penalty and the step cost, nothing else: STOP does not move, nothing is refunded.
+        np.testing.assert_allclose(r.reward[on], -cfg.step_cost - cfg.failed_stop_penalty)
+        assert np.array_equal(vec.dist[on], before[on])
+        failed_stops += on.sum()
+        successes += r.success.sum()
+    assert failed_stops > 50 and successes > 20, (failed_stops, successes)
+    with pytest.raises(ValueError, match="failed_stop_ends must be true or false"):
+        ObjNavConfig(failed_stop_ends="no")
+
+
 def test_episode_step_limit_and_trial_end_with_autoreset():
     vec = _vec(3, seed=6, episode_len=7, trial_len=30)
     grids = vec._grid.copy()
@@ -175,10 +208,10 @@ def test_num_envs_is_checked():
         ObjNavVec(0)
 
 
-def _trial_total(policy: str, shaping: str, trials_envs: int = 16) -> np.ndarray:
+def _trial_total(policy: str, shaping: str, trials_envs: int = 16, **kw) -> np.ndarray:
     """Return per trial (500 steps) of a scripted policy: ``still`` (turns in place), ``farm``
     (a step closer, then STOP: ~3 steps per inner episode) or ``oracle``."""
-    vec = _vec(trials_envs, seed=5, trial_len=500, episode_len=100, shaping=shaping)
+    vec = _vec(trials_envs, seed=5, trial_len=500, episode_len=100, shaping=shaping, **kw)
     total = np.zeros(trials_envs)
     for _ in range(500):
         if policy == "still":
@@ -192,11 +225,15 @@ def _trial_total(policy: str, shaping: str, trials_envs: int = 16) -> np.ndarray
     return total
 
 
-@pytest.mark.parametrize("shaping", ["trial_potential", "episode_refund"])
-def test_stop_farming_earns_less_than_standing_still(shaping):
-    still, farm = _trial_total("still", shaping), _trial_total("farm", shaping)
+@pytest.mark.parametrize(
+    "shaping, ends",
+    [("trial_potential", True), ("episode_refund", True), ("episode_refund", False)],
+)
+def test_stop_farming_earns_less_than_standing_still(shaping, ends):
+    still = _trial_total("still", shaping, failed_stop_ends=ends)
+    farm = _trial_total("farm", shaping, failed_stop_ends=ends)
     assert farm.mean() < still.mean() - 5.0  # each failed STOP costs, and approaching pays nothing
-    assert _trial_total("oracle", shaping).mean() > still.mean() + 20
+    assert _trial_total("oracle", shaping, failed_stop_ends=ends).mean() > still.mean() + 20
     # The per-episode shaping it replaces is the farm the agents learnt:
     farm_ep = _trial_total("farm", "episode")
     still_ep = _trial_total("still", "episode")
