@@ -115,10 +115,12 @@ class EpisodeLog:
         edges = [*buckets, None]
         groups: list[tuple[str, Any]] = []
         for lo, hi in zip(edges[:-1], edges[1:], strict=True):
-            label = (
-                f"ep{lo}" if hi == lo + 1 else (f"ep{lo}+" if hi is None else f"ep{lo}-{hi - 1}")
+            groups.append(
+                (
+                    bucket_label(lo, hi),
+                    lambda r, lo=lo, hi=hi: r[0] >= lo and (hi is None or r[0] < hi),
+                )
             )
-            groups.append((label, lambda r, lo=lo, hi=hi: r[0] >= lo and (hi is None or r[0] < hi)))
         if early_end is not None and early_end != train_len:
             groups.append((f"t<{early_end}", lambda r: r[1] < early_end))
         groups.append((f"t<{train_len}", lambda r: r[1] < train_len))
@@ -235,7 +237,7 @@ def run_trials(
     assert bool(result.trial_done.all()), "every trial ends at trial_len"
     train_len = int(env_config.get("trial_len", 4096))
     row = log.summary(
-        _buckets(args.buckets),
+        parse_buckets(args.buckets),
         train_len,
         args.late_start,
         args.trials,
@@ -258,7 +260,14 @@ def run_trials(
     return row
 
 
-def _buckets(text: str) -> list[int]:
+def bucket_label(lo: int, hi: int | None) -> str:
+    """The name of the in-context episodes with index in [lo, hi): ep0, ep1-4, ep20+."""
+    if hi is None:
+        return f"ep{lo}+"
+    return f"ep{lo}" if hi == lo + 1 else f"ep{lo}-{hi - 1}"
+
+
+def parse_buckets(text: str) -> list[int]:
     try:
         edges = [int(x) for x in text.split(",")]
     except ValueError as err:
@@ -326,7 +335,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(
             f"--trial-len and --trials must be >= 1, got {args.trial_len}, {args.trials}"
         )
-    _buckets(args.buckets)
+    parse_buckets(args.buckets)
     rows: list[dict[str, Any]] = []
     env_config: dict[str, Any] = {}
     for run_path in args.run:

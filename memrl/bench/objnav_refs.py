@@ -5,10 +5,13 @@ explorer without memory across inner episodes, and the map oracle) on ``--envs``
 ``--trial-len`` steps (the same layouts and inner-episode draws for every agent: same seeds, and
 the draws do not depend on the actions) and reports, for inner episodes that start in the trial's
 first ``--early`` steps and for those that start at or after ``--late``: the episodes, their
-success rate and SPL, and the successes per 1000 steps. The memory explorer's late SPL against
-the memoryless one's is what remembering the layout is worth. ``--config`` takes the env settings
-from an experiment YAML (e.g. ``configs/objnav_memo.yaml``) so the references are measured on the
-map the agents are trained on; without it the env's defaults are used.
+success rate and SPL, and the successes per 1000 steps; and the same (without the rate per step)
+by the episode's index in its trial (``--buckets``: ep0, ep1-4, ep5-19, ep20+, as ``memrl bench
+objnav-memo`` groups them). The memory explorer's late SPL against the memoryless one's is what
+remembering the layout is worth; its ep0 against its later episodes, how soon it pays.
+``--config`` takes the env settings from an experiment YAML (e.g. ``configs/objnav_memo.yaml``)
+so the references are measured on the map the agents are trained on; without it the env's
+defaults are used.
 """
 
 from __future__ import annotations
@@ -31,6 +34,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--late", type=int, default=6000, help="the late phase: t >= LATE")
     parser.add_argument(
         "--agents", default="explore_memory,explore_forget,oracle", help="comma-separated agents"
+    )
+    parser.add_argument(
+        "--buckets",
+        default="0,1,5,20",
+        help="first in-context episode index of each index group (rows ep0, ep1-4, ...)",
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
@@ -58,10 +66,12 @@ def env_settings(config_path: str | None) -> dict[str, Any]:
 
 def measure(
     kind: str, args: argparse.Namespace, settings: dict[str, Any] | None = None
-) -> list[dict[str, Any]]:
-    """Rows (early, late) of one agent; ``settings``: env.config (see ``env_settings``)."""
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """One agent's rows by phase (early, late) and by index in the trial; ``settings``:
+    env.config (see ``env_settings``)."""
     import numpy as np
 
+    from memrl.bench.objnav_memo import EpisodeLog, bucket_label, parse_buckets
     from memrl.envs.objnav import ObjNavConfig, ObjNavVec
     from memrl.envs.objnav.agents import ObjNavAgents
 
@@ -69,38 +79,40 @@ def measure(
     vec = ObjNavVec(args.envs, ObjNavConfig.from_kwargs(config))
     vec.reset()
     agent = ObjNavAgents(kind, vec)
-    starts, success, spl = [], [], []
+    log = EpisodeLog(args.envs)
     t0 = time.perf_counter()
     for t in range(args.trial_len):
-        result = vec.step(agent.act())
-        for i in np.flatnonzero(result.episode_done):
-            starts.append(t + 1 - int(result.episode_length[i]))
-            success.append(bool(result.success[i]))
-            spl.append(float(result.spl[i]))
+        log.update(t, vec.step(agent.act()))
         if t % 4000 == 3999:
             logger.info("%s: step %d/%d", kind, t + 1, args.trial_len)
     seconds = time.perf_counter() - t0
-    starts_a, success_a, spl_a = np.array(starts), np.array(success), np.array(spl)
-    rows = []
-    for phase, pick, steps in (
-        ("early", starts_a < args.early, args.early),
-        ("late", starts_a >= args.late, args.trial_len - args.late),
-    ):
+    index, start, success, spl = (np.array(column) for column in zip(*log.rows, strict=True))
+
+    def summary(pick: Any) -> dict[str, Any]:
         n = int(pick.sum())
-        rows.append(
-            {
-                "agent": kind,
-                "phase": phase,
-                "episodes": n,
-                "success_rate": float(success_a[pick].mean()) if n else float("nan"),
-                "spl": float(spl_a[pick].mean()) if n else float("nan"),
-                "successes_per_1k_steps": 1000.0
-                * float(success_a[pick].sum())
-                / (steps * args.envs),
-                "seconds": seconds,
-            }
+        return {
+            "episodes": n,
+            "success_rate": float(success[pick].mean()) if n else float("nan"),
+            "spl": float(spl[pick].mean()) if n else float("nan"),
+        }
+
+    phases = []
+    for phase, pick, steps in (
+        ("early", start < args.early, args.early),
+        ("late", start >= args.late, args.trial_len - args.late),
+    ):
+        per_1k = 1000.0 * float(success[pick].sum()) / (steps * args.envs)
+        phases.append(
+            {"agent": kind, "phase": phase, **summary(pick), "successes_per_1k_steps": per_1k}
         )
-    return rows
+        phases[-1]["seconds"] = seconds
+    # By index in the trial: memory shows as later episodes doing better than the first.
+    by_index = []
+    edges = [*parse_buckets(args.buckets), None]
+    for lo, hi in zip(edges[:-1], edges[1:], strict=True):
+        pick = index >= lo if hi is None else (index >= lo) & (index < hi)
+        by_index.append({"agent": kind, "group": bucket_label(lo, hi), **summary(pick)})
+    return phases, by_index
 
 
 def run(args: argparse.Namespace) -> int:
@@ -109,10 +121,16 @@ def run(args: argparse.Namespace) -> int:
             f"need 0 < --early <= --late < --trial-len, got {args.early}, {args.late}, "
             f"{args.trial_len}"
         )
+    from memrl.bench.objnav_memo import parse_buckets
+
+    parse_buckets(args.buckets)
     settings = env_settings(args.config)  # a wrong config fails before any agent runs
-    rows = []
+    rows, by_index = [], []
     for kind in (a.strip() for a in args.agents.split(",") if a.strip()):
-        rows += measure(kind, args, settings)
+        phases, groups = measure(kind, args, settings)
+        rows += phases
+        by_index += groups
+    title = f"ObjNav-lite scripted references: {args.envs} trials of {args.trial_len} steps"
     write_report(
         NAME,
         rows,
@@ -128,9 +146,17 @@ def run(args: argparse.Namespace) -> int:
             ),
         ],
         as_json=args.json,
-        title=(
-            f"ObjNav-lite scripted references: {args.envs} trials of {args.trial_len} steps, "
-            f"early t < {args.early}, late t >= {args.late}"
-        ),
+        title=f"{title}, early t < {args.early}, late t >= {args.late}",
+    )
+    write_report(
+        f"{NAME}-buckets",
+        by_index,
+        args.output,
+        plots=[
+            Plot(x="group", y="success_rate", group="agent", kind="bar", title="SR by index"),
+            Plot(x="group", y="spl", group="agent", kind="bar", title="SPL by index"),
+        ],
+        as_json=args.json,
+        title=f"{title}: inner episodes by index in the trial",
     )
     return 0

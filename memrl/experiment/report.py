@@ -246,7 +246,9 @@ def _plot(frame: Any, plots: Sequence[Plot], path: Path, title: str) -> None:
     nrows = math.ceil(len(panels) / ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(5.2 * ncols, 3.8 * nrows), squeeze=False)
     for ax, (spec, sub, suffix) in zip(axes.flat, panels, strict=False):
-        groups = sub.groupby(spec.group, sort=True) if spec.group else [(None, sub)]
+        # Numbers in increasing order; names (modes, phases) in the order the rows give them.
+        ordered = spec.group is not None and sub[spec.group].dtype.kind in "iufb"
+        groups = sub.groupby(spec.group, sort=ordered) if spec.group else [(None, sub)]
         if spec.kind == "bar":
             labels = [format_number(_item(v)) for v in sub[spec.x].drop_duplicates()]
             group_list = list(groups)

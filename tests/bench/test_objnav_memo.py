@@ -62,9 +62,9 @@ def test_episode_log_groups_by_index_and_start_time():
 
 def test_bad_buckets_and_variants():
     with pytest.raises(ValueError, match="start at 0"):
-        objnav_memo._buckets("1,5")
+        objnav_memo.parse_buckets("1,5")
     with pytest.raises(ValueError, match="comma-separated"):
-        objnav_memo._buckets("0,a")
+        objnav_memo.parse_buckets("0,a")
     args = _args("--fct-window", "64", "--memo-cap", "4")
     assert objnav_memo.variants("fct", args) == [("fct", {}), ("fct-window64", {"fct_window": 64})]
     assert objnav_memo.variants("memo", args)[1] == ("memo-stream4", {"max_summaries": 4})

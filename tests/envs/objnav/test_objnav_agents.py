@@ -67,11 +67,29 @@ def test_bench_reports_both_phases(tmp_path):
         str(tmp_path),
     )
     assert out.returncode == 0, out.stderr[-2000:]
-    rows = json.loads(out.stdout[out.stdout.index("[") :])
+    decoder = json.JSONDecoder()
+    rows, end = decoder.raw_decode(out.stdout, out.stdout.index("["))
+    by_index, _ = decoder.raw_decode(out.stdout, out.stdout.index("[", end))
+    agents = ("explore_memory", "explore_forget")
     assert {(r["agent"], r["phase"]) for r in rows} == {
-        (a, p) for a in ("explore_memory", "explore_forget") for p in ("early", "late")
+        (a, p) for a in agents for p in ("early", "late")
     }
+    groups = ("ep0", "ep1-4", "ep5-19", "ep20+")
+    assert [(r["agent"], r["group"]) for r in by_index] == [(a, g) for a in agents for g in groups]
+    # Every inner episode is in one index group; the remembering explorer's first episode is
+    # its only one without a map.
+    for agent in agents:
+        phases = [r for r in rows if r["agent"] == agent]
+        groups_of = [r for r in by_index if r["agent"] == agent]
+        assert sum(r["episodes"] for r in groups_of) >= max(r["episodes"] for r in phases)
+        assert groups_of[0]["episodes"] == 2 and groups_of[1]["episodes"] <= 8  # 2 trials
+    memory = {r["group"]: r for r in by_index if r["agent"] == "explore_memory"}
+    forget = {r["group"]: r for r in by_index if r["agent"] == "explore_forget"}
+    # The same explorer until its first episode ends; then the map it kept pays.
+    assert memory["ep0"]["spl"] == forget["ep0"]["spl"]
+    assert memory["ep5-19"]["spl"] > forget["ep5-19"]["spl"] + 0.3
     assert (tmp_path / "objnav-refs.png").is_file()
+    assert (tmp_path / "objnav-refs-buckets.png").is_file()
 
 
 def test_bench_takes_the_map_from_an_experiment_config(tmp_path):
@@ -87,6 +105,7 @@ def test_bench_takes_the_map_from_an_experiment_config(tmp_path):
         early=50,
         late=100,
         agents="oracle",
+        buckets="0,1,5,20",
         seed=0,
         config="configs/memo_key_door.yaml",
         output=str(tmp_path),
