@@ -101,11 +101,15 @@ def measure(
         ("early", start < args.early, args.early),
         ("late", start >= args.late, args.trial_len - args.late),
     ):
-        per_1k = 1000.0 * float(success[pick].sum()) / (steps * args.envs)
         phases.append(
-            {"agent": kind, "phase": phase, **summary(pick), "successes_per_1k_steps": per_1k}
+            {
+                "agent": kind,
+                "phase": phase,
+                **summary(pick),
+                "successes_per_1k_steps": 1000.0 * float(success[pick].sum()) / (steps * args.envs),
+                "seconds": seconds,
+            }
         )
-        phases[-1]["seconds"] = seconds
     # By index in the trial: memory shows as later episodes doing better than the first.
     by_index = []
     edges = [*parse_buckets(args.buckets), None]
