@@ -158,7 +158,8 @@ def load_policy(run: str, overrides: dict[str, Any]) -> tuple[Any, dict[str, Any
     run_dir, ckpt = resolve_checkpoint(run)
     exp = parse_config(yaml.safe_load(run_dir.read_text("config.yaml")))
     iteration = int(ckpt.name.rsplit("_", 1)[-1])
-    module_dir = ckpt / "learner_group" / "learner" / "rl_module" / "default_policy"
+    # Absolute: RLlib reads a relative path as a URI without a scheme and fails.
+    module_dir = str((ckpt / "learner_group/learner/rl_module/default_policy").resolve())
     if isinstance(exp.model, MLPModel):
         from ray.rllib.core.rl_module.rl_module import RLModule
 

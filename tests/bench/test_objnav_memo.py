@@ -122,11 +122,12 @@ def _train_tiny(tmp_path, name: str, model: dict):
 
 
 @pytest.mark.slow
-def test_bench_evaluates_a_trained_run(tmp_path):
+def test_bench_evaluates_a_trained_run(tmp_path, monkeypatch):
     model = {**TINY_MEMO, "l_sum": 4, "partial_update_steps": 24}
-    run_dir = _train_tiny(tmp_path, "tiny_memo", model)
+    _train_tiny(tmp_path, "tiny_memo", model)
+    monkeypatch.chdir(tmp_path)  # a run given by a relative path, as on a command line
     args = _args(
-        "--run", str(run_dir.path), "--trial-len", "96", "--trials", "2", "--memo-cap", "2",
+        "--run", "run", "--trial-len", "96", "--trials", "2", "--memo-cap", "2",
         "--late-start", "50", "--output", str(tmp_path / "out"),
     )  # fmt: skip
     assert objnav_memo.run(args) == 0
@@ -140,10 +141,11 @@ def test_bench_evaluates_a_trained_run(tmp_path):
 
 
 @pytest.mark.slow
-def test_bench_evaluates_a_memoryless_mlp_run(tmp_path):
+def test_bench_evaluates_a_memoryless_mlp_run(tmp_path, monkeypatch):
     run_dir = _train_tiny(tmp_path, "tiny_mlp", {"type": "mlp", "hiddens": [16]})
+    monkeypatch.chdir(tmp_path)
     args = _args(
-        "--run", str(run_dir.path), "--trial-len", "96", "--trials", "2", "--greedy",
+        "--run", "run", "--trial-len", "96", "--trials", "2", "--greedy",
         "--late-start", "50", "--no-baselines", "--output", str(tmp_path / "out"),
     )  # fmt: skip
     assert objnav_memo.run(args) == 0

@@ -154,7 +154,7 @@ def load_policy(path: str | Path) -> tuple[Any, Any]:
     if module_dir.is_dir():
         from ray.rllib.core.rl_module.rl_module import RLModule
 
-        module = RLModule.from_checkpoint(str(module_dir))
+        module = RLModule.from_checkpoint(str(module_dir.resolve()))  # RLlib: absolute paths
         return module.policy.lm, module.tokenizer
     if str(path).startswith((".", "/", "~")) and not p.expanduser().exists():
         raise FileNotFoundError(
