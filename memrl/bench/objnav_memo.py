@@ -13,7 +13,10 @@ reports per policy variant:
 
 Streaming variants reuse a run's trained weights with another cache policy at evaluation time:
 ``--fct-window W`` adds ``fct-window`` for FCT runs (attend to the last W steps only), and
-``--memo-cap N`` adds ``memo-stream`` for Memo runs (keep the newest N summary blocks). A
+``--memo-cap N`` adds ``memo-stream`` for Memo runs (keep the newest N summary blocks).
+``--forget`` adds ``<mode>-forget`` for every transformer run: the same weights with the context
+cleared at the start of every inner episode, a memory ablation (what the policy's success owes to
+what it saw in earlier inner episodes of the trial; the same success means none). A
 ``random`` row (uniform actions) is the floor, an ``oracle`` row (the map-knowing shortest-path
 agent, ``ObjNavVec.oracle_actions``) the ceiling. A run of the memoryless MLP
 (``configs/objnav_mlp.yaml``, RLlib's default PPO module) is evaluated the same way, as the ``mlp``
@@ -57,6 +60,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fct-window", type=int, default=1024, help="streaming FCT window (0: no)")
     parser.add_argument(
         "--memo-cap", type=int, default=0, help="streaming Memo: summary blocks kept (0: no)"
+    )
+    parser.add_argument(
+        "--forget",
+        action="store_true",
+        help="also evaluate each transformer run with its context cleared at every inner episode",
     )
     parser.add_argument(
         "--greedy", action="store_true", help="take the policy's mode (default: sample from it)"
@@ -192,11 +200,13 @@ def run_trials(
     args: argparse.Namespace,
     *,
     baseline: str | None = None,
+    forget: bool = False,
 ) -> dict[str, Any]:
     """Steps ``args.trials`` trials of ``args.trial_len`` steps at once; returns the row.
 
     ``baseline``: "random" (uniform actions) or "oracle" (the map-knowing shortest-path agent)
-    instead of the module.
+    instead of the module. ``forget``: the module's context restarts with every inner episode
+    (its step counter goes back to 0 there, which clears that row's cache).
     """
     import numpy as np
     import torch
@@ -212,6 +222,7 @@ def run_trials(
     rng = np.random.default_rng(args.seed)
     gen = torch.Generator().manual_seed(args.seed)
     seconds = 0.0
+    since = np.zeros(args.trials, np.int64)  # steps since each row's context (re)started
     for t in range(args.trial_len):
         if baseline == "random":
             actions = rng.integers(0, 4, args.trials)
@@ -221,7 +232,7 @@ def run_trials(
             start = time.perf_counter()
             batch = {
                 Columns.OBS: torch.from_numpy(obs),
-                MEMO_TRIAL_T: torch.full((args.trials,), t, dtype=torch.long),
+                MEMO_TRIAL_T: torch.from_numpy(since.copy()),
             }
             with torch.no_grad():
                 logits = module.forward_inference(batch)[Columns.ACTION_DIST_INPUTS]
@@ -232,6 +243,9 @@ def run_trials(
             seconds += time.perf_counter() - start
         result = vec.step(actions)
         log.update(t, result)
+        since += 1
+        if forget:
+            since[result.episode_done] = 0
         obs = result.obs.copy()
         if t % 4000 == 3999:
             logger.info("step %d/%d", t + 1, args.trial_len)
@@ -316,13 +330,15 @@ def bucket_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def variants(mode: str, args: argparse.Namespace) -> list[tuple[str, dict[str, Any]]]:
-    """(name, model_config overrides) of the variants evaluated for a run of ``mode``."""
-    out = [(mode, {})]
+def variants(mode: str, args: argparse.Namespace) -> list[tuple[str, dict[str, Any], bool]]:
+    """(name, model_config overrides, forget) of the variants evaluated for a run of ``mode``."""
+    out = [(mode, {}, False)]
     if mode == "fct" and args.fct_window:
-        out.append((f"fct-window{args.fct_window}", {"fct_window": args.fct_window}))
+        out.append((f"fct-window{args.fct_window}", {"fct_window": args.fct_window}, False))
     if mode == "memo" and args.memo_cap:
-        out.append((f"memo-stream{args.memo_cap}", {"max_summaries": args.memo_cap}))
+        out.append((f"memo-stream{args.memo_cap}", {"max_summaries": args.memo_cap}, False))
+    if mode != "mlp" and args.forget:
+        out.append((f"{mode}-forget", {}, True))
     return out
 
 
@@ -341,11 +357,11 @@ def run(args: argparse.Namespace) -> int:
     env_config: dict[str, Any] = {}
     for run_path in args.run:
         _, env_config, mode, _ = load_policy(run_path, {})
-        for name, overrides in variants(mode, args):
+        for name, overrides, forget in variants(mode, args):
             module, env_config, _, iteration = load_policy(run_path, overrides)
             start = time.perf_counter()
             row = {"variant": name, "run": Path(run_path).name, "iteration": iteration}
-            row.update(run_trials(module, env_config, args))
+            row.update(run_trials(module, env_config, args, forget=forget))
             row["eval_wall_s"] = round(time.perf_counter() - start, 1)
             rows.append(row)
             logger.info("%s: %s", name, row)

@@ -66,9 +66,42 @@ def test_bad_buckets_and_variants():
     with pytest.raises(ValueError, match="comma-separated"):
         objnav_memo.parse_buckets("0,a")
     args = _args("--fct-window", "64", "--memo-cap", "4")
-    assert objnav_memo.variants("fct", args) == [("fct", {}), ("fct-window64", {"fct_window": 64})]
-    assert objnav_memo.variants("memo", args)[1] == ("memo-stream4", {"max_summaries": 4})
-    assert objnav_memo.variants("rmt", args) == [("rmt", {})]
+    assert objnav_memo.variants("fct", args) == [
+        ("fct", {}, False),
+        ("fct-window64", {"fct_window": 64}, False),
+    ]
+    assert objnav_memo.variants("memo", args)[1] == ("memo-stream4", {"max_summaries": 4}, False)
+    assert objnav_memo.variants("rmt", args) == [("rmt", {}, False)]
+    forget = _args("--forget", "--fct-window", "0")
+    assert objnav_memo.variants("fct", forget) == [("fct", {}, False), ("fct-forget", {}, True)]
+    assert objnav_memo.variants("mlp", forget) == [("mlp", {}, False)]  # nothing to clear
+
+
+def _module(mode: str, **extra) -> MemoRLModule:
+    vec = ObjNavVec(1, ObjNavConfig.from_kwargs({**ENV, "seed": 0}))
+    low, high = vec.obs_bounds()
+    torch.manual_seed(0)
+    return MemoRLModule(
+        observation_space=gym.spaces.Box(low, high, dtype=np.float32),
+        action_space=gym.spaces.Discrete(4),
+        model_config=dict(
+            d_model=16, n_layers=1, n_heads=2, l_seg=8, l_sum=4, encoder_hiddens=[16], mode=mode
+        )
+        | extra,
+    )
+
+
+def test_forget_clears_the_context_at_every_inner_episode():
+    args = _args("--trial-len", "48", "--trials", "1", "--late-start", "20")
+    whole = _module("fct")
+    objnav_memo.run_trials(whole, ENV, args)
+    assert whole.net.cache_tokens(whole.keeper.cache) == 48  # FCT keeps every step of the trial
+    forgetful = _module("fct")
+    row = objnav_memo.run_trials(forgetful, ENV, args, forget=True)
+    # An inner episode ends by step 30 (episode_len), so the context at the end holds only the
+    # steps of the last one: at most 48 - 30.
+    assert row["context_tokens"] == forgetful.net.cache_tokens(forgetful.keeper.cache) <= 18
+    assert row["episodes_per_trial"] >= 2
 
 
 @pytest.mark.parametrize(
@@ -80,17 +113,7 @@ def test_bad_buckets_and_variants():
     ],
 )
 def test_trials_report_episodes_and_the_cache_held_at_the_end(mode, extra, tokens):
-    vec = ObjNavVec(1, ObjNavConfig.from_kwargs({**ENV, "seed": 0}))
-    low, high = vec.obs_bounds()
-    torch.manual_seed(0)
-    module = MemoRLModule(
-        observation_space=gym.spaces.Box(low, high, dtype=np.float32),
-        action_space=gym.spaces.Discrete(4),
-        model_config=dict(
-            d_model=16, n_layers=1, n_heads=2, l_seg=8, l_sum=4, encoder_hiddens=[16], mode=mode
-        )
-        | extra,
-    )
+    module = _module(mode, **extra)
     args = _args("--trial-len", "48", "--trials", "2", "--late-start", "20")
     row = objnav_memo.run_trials(module, ENV, args)
     assert row["episodes_per_trial"] >= 1 and 0 <= row["SR all"] <= 1
