@@ -3,6 +3,8 @@ RLlib's paths meets the dead actor first (real local Ray, the learner actor kill
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import ray
 
@@ -22,6 +24,7 @@ def test_an_update_that_skips_a_dead_learner_is_a_lost_learner(tmp_path):
     )
     run = RunDir(tmp_path / "run")
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    algo = None
     try:
         algo = build_algorithm_config(exp).build_algo()
         with lost_learner_ends_run(algo, run, last_saved=0):
@@ -32,7 +35,11 @@ def test_an_update_that_skips_a_dead_learner_is_a_lost_learner(tmp_path):
             ray.kill(manager._actors[actor_id])
         # A call that meets the dead learner marks it unhealthy; RLlib's next update then skips
         # it and PPO fails on the empty results (IndexError), not with the actor's error.
-        algo.learner_group.foreach_learner(lambda learner: None)
+        # ray.kill returns before the actor is gone: a call may still reach it, so call again.
+        deadline = time.monotonic() + 60
+        while not learners_lost(algo) and time.monotonic() < deadline:
+            algo.learner_group.foreach_learner(lambda learner: None)
+            time.sleep(0.2)
         assert learners_lost(algo)
         with pytest.raises(IndexError):
             algo.train()
@@ -46,6 +53,9 @@ def test_an_update_that_skips_a_dead_learner_is_a_lost_learner(tmp_path):
         with pytest.raises(RunInterrupted, match=r"0 of 1 learners alive"):
             with lost_learner_ends_run(algo, run, last_saved=4):
                 run.save_checkpoint(algo, algo.iteration, 3)
-        algo.stop()
     finally:
+        # Stopped here, not left to the garbage collector: an Algorithm collected after
+        # ray.shutdown calls into Ray, which starts a new local Ray for the next tests.
+        if algo is not None:
+            algo.stop()
         ray.shutdown()
