@@ -2,10 +2,10 @@
 
 Each env runs trials: ``trial_len`` steps in one layout. Inside a trial, inner episodes (a new start
 pose and target category in the same layout) end on STOP (with ``failed_stop_ends=False`` only on
-a successful one) or after ``episode_len`` steps, and the
-next one starts at once, so ``step`` never needs a reset until the trial ends. Layouts are drawn
-per env from that env's own generator (only when a trial starts: a short Python loop over the envs
-whose trials end); start poses and targets are drawn for all envs from one batched generator.
+a successful one) or after ``episode_len`` steps, and the next one starts at once, so ``step``
+never needs a reset until the trial ends. Layouts are drawn per env from that env's own generator
+(only when a trial starts: a short Python loop over the envs whose trials end); start poses and
+targets are drawn for all envs from one batched generator.
 
 Observation (float32 vector per env; ``ObjNavVec.obs_slices`` names the parts):
 
