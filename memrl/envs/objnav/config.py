@@ -70,6 +70,12 @@ class ObjNavConfig:
     failed STOP then cannot buy a new start and target (a memoryless agent learns to STOP at once
     on a start it cannot solve), and the distance reward, which runs on within the episode, has
     nothing to refund."""
+    targets_per_trial: int | None = None
+    """How many of the K categories a trial draws its inner episodes' targets from (drawn at the
+    trial's start, per env). None: any category, each episode. 1: every inner episode of a trial
+    seeks the same category, so after its first success an agent that remembers where it
+    succeeded can walk straight back (the in-context pattern of Dark-Key-To-Door), while one that
+    forgets has to search again; a curriculum step before recall of any category seen."""
     min_start_distance: int = 2
     """Shortest-path distance (cells) that a new inner episode's start keeps from its target."""
     episode_len: int = 500
@@ -103,6 +109,15 @@ class ObjNavConfig:
                     f"ObjNav {name} must be true or false, got {getattr(self, name)!r}; "
                     f"fix env.config.{name}"
                 )
+        tpt = self.targets_per_trial
+        if tpt is not None and (
+            not isinstance(tpt, int) or isinstance(tpt, bool) or not 1 <= tpt <= self.num_categories
+        ):
+            raise ValueError(
+                f"ObjNav targets_per_trial must be null (any category) or an int in "
+                f"[1, num_categories={self.num_categories}], got {tpt!r}; fix "
+                "env.config.targets_per_trial"
+            )
         if self.shaping not in SHAPINGS:
             raise ValueError(
                 f"ObjNav shaping must be one of {list(SHAPINGS)}, got {self.shaping!r}"

@@ -123,6 +123,9 @@ class ObjNavVec:
         self.prev_reward = np.zeros(n, dtype=np.float32)
         self.episode_start = np.ones(n, dtype=bool)
         self.target_in_reach = np.zeros(n, dtype=bool)
+        self.trial_targets = np.ones((n, k), dtype=bool)
+        """(N, K) the categories this trial's inner episodes may target (all unless
+        ``targets_per_trial`` is set)."""
         self.visible = np.zeros((n, self.geom.num_ext), dtype=bool)
         """(N, P_ext) the cells each agent sees now (for rendering)."""
         # Per-trial totals over finished inner episodes.
@@ -195,6 +198,12 @@ class ObjNavVec:
         self.trial_successes[envs] = 0
         self.trial_spl[envs] = 0.0
         self.trial_return[envs] = 0.0
+        m = self.cfg.targets_per_trial
+        if m is not None:
+            # The m categories with the highest random scores: a uniform m-subset per env.
+            scores = self._rng.random((envs.size, self.cfg.num_categories))
+            ranks = scores.argsort(axis=1).argsort(axis=1)
+            self.trial_targets[envs] = ranks >= self.cfg.num_categories - m
         self._start_episodes(envs)
         self.start_pos[envs] = self.pos[envs]
         self.start_heading[envs] = self.heading[envs]
@@ -209,7 +218,7 @@ class ObjNavVec:
             pos = self._free[todo, pick]
             # (T, K) distance from the start to each category's goal cells.
             d = self._dist[todo[:, None], np.arange(k)[None, :] * cells + pos[:, None]]
-            ok = (d >= self.cfg.min_start_distance) & (d < UNREACHABLE)
+            ok = (d >= self.cfg.min_start_distance) & (d < UNREACHABLE) & self.trial_targets[todo]
             scores = np.where(ok, self._rng.random(ok.shape), -1.0)
             target = scores.argmax(axis=1)
             good = ok.any(axis=1)

@@ -327,3 +327,42 @@ def test_reward_obs_task_shows_only_success_and_failed_stops():
     assert min(kinds.values()) > 0, kinds
     with pytest.raises(ValueError, match="reward_obs must be one of"):
         ObjNavConfig(reward_obs="distance")
+
+
+@pytest.mark.parametrize("m", [1, 2, None])
+def test_targets_per_trial_limits_each_trial_to_its_own_subset(m):
+    n, k = 4, 6
+    vec = _vec(
+        n,
+        seed=3,
+        grid_size=12,
+        rooms=4,
+        num_categories=k,
+        targets_per_trial=m,
+        episode_len=2,
+        trial_len=40,
+    )
+    seen: dict[tuple[int, int], set[int]] = {}
+    trial = np.zeros(n, dtype=np.int64)
+    for _ in range(40 * 6):
+        for i in range(n):
+            seen.setdefault((i, int(trial[i])), set()).add(int(vec.target[i]))
+            assert vec.trial_targets[i, vec.target[i]]
+        r = vec.step(np.full(n, TURN_LEFT))
+        trial += r.trial_done
+    assert len(seen) == n * 6
+    sizes = {len(s) for s in seen.values()}
+    if m is not None:
+        # 20 inner episodes per trial: a trial meets every category it may draw from.
+        assert sizes == {m}
+        assert (vec.trial_targets.sum(axis=1) == m).all()
+        # The subsets are drawn per env and per trial, not fixed.
+        assert len({frozenset(s) for s in seen.values()}) > 3
+    else:
+        assert vec.trial_targets.all() and min(sizes) >= 4
+
+
+@pytest.mark.parametrize("bad", [0, 7, True, 1.5, "1"])
+def test_targets_per_trial_is_checked(bad):
+    with pytest.raises(ValueError, match=r"targets_per_trial .*\[1, num_categories=6\]"):
+        ObjNavConfig(grid_size=12, num_categories=6, targets_per_trial=bad)
