@@ -184,7 +184,20 @@ def test_tune_spreads_trials_over_nodes_and_retries_those_of_a_lost_node(
         hosts = cluster.actor_nodes(TRIAL)
         return hosts if len(hosts) == 4 else None
 
-    hosts = wait_for(four_trials_checkpointed, 600, "four running trials with a checkpoint")
+    def explain() -> str:
+        trials = sorted(d.name for d in sweep.iterdir() if d.is_dir()) if sweep.is_dir() else []
+        try:
+            nodes = [
+                (n.get("node_name"), n.get("state"), n.get("resources_total"))
+                for n in cluster.state("nodes")
+            ]
+        except Exception as e:  # the explanation must not hide the timeout
+            nodes = [f"ray list nodes failed: {e}"]
+        return f"trial dirs: {trials}\nnodes: {nodes}\njob log:\n{cluster.logs('sweep')}"
+
+    hosts = wait_for(
+        four_trials_checkpointed, 600, "four running trials with a checkpoint", explain=explain
+    )
     assert len(set(hosts)) >= 2, hosts  # the trials run on several nodes
     victim = max((h for h in set(hosts) if h != "head"), key=hosts.count)
     killed_at = cluster.kill_node(victim)
