@@ -311,7 +311,12 @@ def wait_for(
         if value:
             return value
         time.sleep(every)
-    detail = f"\n{explain()}" if explain is not None else ""
+    detail = ""
+    if explain is not None:
+        try:
+            detail = f"\n{explain()}"
+        except Exception as e:  # a failing explanation must not hide the timeout
+            detail = f"\n(no explanation: {type(e).__name__}: {e})"
     pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}{detail}")
 
 

@@ -202,8 +202,7 @@ class ObjNavVec:
         if m is not None:
             # The m categories with the highest random scores: a uniform m-subset per env.
             scores = self._rng.random((envs.size, self.cfg.num_categories))
-            ranks = scores.argsort(axis=1).argsort(axis=1)
-            self.trial_targets[envs] = ranks >= self.cfg.num_categories - m
+            self.trial_targets[envs] = scores >= np.sort(scores, axis=1)[:, -m, None]
         self._start_episodes(envs)
         self.start_pos[envs] = self.pos[envs]
         self.start_heading[envs] = self.heading[envs]
