@@ -8,6 +8,10 @@ reports per policy variant:
   0, 1-4, 5-19, 20+): an agent that remembers the layout gets better after its first episodes;
 - the same for inner episodes that start inside the training length (t < train trial_len) and
   past ``--late-start`` steps (default 6000: the paper's streaming regime);
+- success per stretch of trial time (``--time-bin`` steps, default 2000): SR of the inner
+  episodes that start in each stretch and successes per 1000 of its steps, in
+  ``objnav-memo-time`` (a line per policy, i.e. variant and run): where, past the training
+  length, a policy degrades;
 - context tokens and K/V bytes held per env at the trial's end (``MemoTransformer.cache_tokens``
   / ``cache_bytes``) and the mean wall time of one batched policy step.
 
@@ -57,6 +61,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--early-end", type=int, default=1024, help="'early' episodes start before this step"
     )
+    parser.add_argument(
+        "--time-bin",
+        type=int,
+        default=2000,
+        help="steps per stretch of the success-over-time report",
+    )
     parser.add_argument("--fct-window", type=int, default=1024, help="streaming FCT window (0: no)")
     parser.add_argument(
         "--memo-cap", type=int, default=0, help="streaming Memo: summary blocks kept (0: no)"
@@ -76,7 +86,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--append",
         action="store_true",
-        help="keep the rows of an earlier report in --output (other variants) and add these",
+        help="keep the rows of an earlier report in --output (other variants or runs), add these",
     )
     add_output_arguments(parser, NAME)
 
@@ -146,6 +156,25 @@ class EpisodeLog:
             out[f"successes_per_1k t>={late_start}"] = round(1000 * late_successes / late_steps, 2)
         return out
 
+    def timeline(self, bin_steps: int, trial_len: int, trials: int) -> list[dict[str, Any]]:
+        """Per stretch [t, t + bin_steps) of the trial: the inner episodes that start in it, their
+        SR and SPL, and their successes per 1000 steps of the stretch (over all trials)."""
+        out = []
+        for lo in range(0, trial_len, bin_steps):
+            hi = min(lo + bin_steps, trial_len)
+            sel = [r for r in self.rows if lo <= r[1] < hi]
+            wins = sum(r[2] for r in sel)
+            out.append(
+                {
+                    "t": lo,
+                    "episodes": len(sel),
+                    "SR": round(wins / len(sel), 3) if sel else None,
+                    "SPL": round(sum(r[3] for r in sel) / len(sel), 3) if sel else None,
+                    "successes_per_1k": round(1000 * wins / ((hi - lo) * trials), 2),
+                }
+            )
+        return out
+
 
 def load_policy(run: str, overrides: dict[str, Any]) -> tuple[Any, dict[str, Any], str, int]:
     """A run's newest (or the given) checkpoint as a MemoRLModule with model overrides, or, for an
@@ -201,8 +230,10 @@ def run_trials(
     *,
     baseline: str | None = None,
     forget: bool = False,
+    timeline: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """Steps ``args.trials`` trials of ``args.trial_len`` steps at once; returns the row.
+    """Steps ``args.trials`` trials of ``args.trial_len`` steps at once; returns the row (and
+    appends the success-over-time rows to ``timeline`` when given).
 
     ``baseline``: "random" (uniform actions) or "oracle" (the map-knowing shortest-path agent)
     instead of the module. ``forget``: the module's context restarts with every inner episode
@@ -259,6 +290,8 @@ def run_trials(
         args.early_end,
         trial_len=args.trial_len,
     )
+    if timeline is not None:
+        timeline.extend(log.timeline(args.time_bin, args.trial_len, args.trials))
     if baseline is not None:
         row.update(context_tokens=0, kv_bytes=0, ms_per_step=None)
     elif not hasattr(module, "keeper"):  # the memoryless MLP: no cache
@@ -295,17 +328,18 @@ def parse_buckets(text: str) -> list[int]:
 
 
 def earlier_rows(path: Path, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The rows of an earlier report at ``path`` whose variant is not in ``rows``, then ``rows``."""
+    """The rows of an earlier report at ``path`` of variants and runs not in ``rows``, then
+    ``rows`` (a second seed's run adds its rows; the same run evaluated again replaces them)."""
     import math
 
     import pandas as pd
 
     if not path.is_file():
         return rows
-    new = {r["variant"] for r in rows}
+    new = {(r["variant"], r.get("run")) for r in rows}
     kept = []
     for old in pd.read_parquet(path).to_dict("records"):
-        if old["variant"] not in new:
+        if (old["variant"], old.get("run")) not in new:
             kept.append(
                 {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in old.items()}
             )
@@ -321,6 +355,7 @@ def bucket_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 group = key[3:]
                 out.append(
                     {
+                        "policy": r.get("policy", r["variant"]),
                         "variant": r["variant"],
                         "group": group,
                         "SR": r[key],
@@ -352,8 +387,11 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(
             f"--trial-len and --trials must be >= 1, got {args.trial_len}, {args.trials}"
         )
+    if args.time_bin < 1:
+        raise ValueError(f"--time-bin must be >= 1 step, got {args.time_bin}")
     parse_buckets(args.buckets)
     rows: list[dict[str, Any]] = []
+    times: list[dict[str, Any]] = []
     env_config: dict[str, Any] = {}
     for run_path in args.run:
         _, env_config, mode, _ = load_policy(run_path, {})
@@ -361,27 +399,34 @@ def run(args: argparse.Namespace) -> int:
             module, env_config, _, iteration = load_policy(run_path, overrides)
             start = time.perf_counter()
             row = {"variant": name, "run": Path(run_path).name, "iteration": iteration}
-            row.update(run_trials(module, env_config, args, forget=forget))
+            timeline: list[dict[str, Any]] = []
+            row.update(run_trials(module, env_config, args, forget=forget, timeline=timeline))
+            policy = row["policy"] = f"{name} {row['run']}"
+            times += [{"policy": policy, "variant": name, "run": row["run"], **r} for r in timeline]
             row["eval_wall_s"] = round(time.perf_counter() - start, 1)
             rows.append(row)
             logger.info("%s: %s", name, row)
     for baseline in () if args.no_baselines else ("random", "oracle"):
         start = time.perf_counter()
         row = {"variant": baseline, "run": "-", "iteration": 0}
-        row.update(run_trials(None, env_config, args, baseline=baseline))
+        timeline = []
+        row.update(run_trials(None, env_config, args, baseline=baseline, timeline=timeline))
+        row["policy"] = baseline
+        times += [{"policy": baseline, "variant": baseline, "run": "-", **r} for r in timeline]
         row["eval_wall_s"] = round(time.perf_counter() - start, 1)
         rows.append(row)
     if args.append:
         rows = earlier_rows(Path(args.output) / f"{NAME}.parquet", rows)
+        times = earlier_rows(Path(args.output) / f"{NAME}-time.parquet", times)
     title = f"ObjNav-lite, {args.trials} trials of {args.trial_len} steps"
     write_report(
         NAME,
         rows,
         args.output,
         plots=[
-            Plot(x="variant", y="SR all", kind="bar", title="success rate, all inner episodes"),
-            Plot(x="variant", y=f"SR t>={args.late_start}", kind="bar", title="SR, late episodes"),
-            Plot(x="variant", y="context_tokens", kind="bar", title="context tokens per env"),
+            Plot(x="policy", y="SR all", kind="bar", title="success rate, all inner episodes"),
+            Plot(x="policy", y=f"SR t>={args.late_start}", kind="bar", title="SR, late episodes"),
+            Plot(x="policy", y="context_tokens", kind="bar", title="context tokens per env"),
         ],
         as_json=args.json,
         title=title,
@@ -391,10 +436,26 @@ def run(args: argparse.Namespace) -> int:
         bucket_rows(rows),
         args.output,
         plots=[
-            Plot(x="group", y="SR", group="variant", kind="bar", title="SR per episode group"),
-            Plot(x="group", y="SPL", group="variant", kind="bar", title="SPL per episode group"),
+            Plot(x="group", y="SR", group="policy", kind="bar", title="SR per episode group"),
+            Plot(x="group", y="SPL", group="policy", kind="bar", title="SPL per episode group"),
         ],
         as_json=args.json,
         title=title + ": per inner-episode group",
+    )
+    write_report(
+        f"{NAME}-time",
+        times,
+        args.output,
+        plots=[
+            Plot(x="t", y="SR", group="policy", title="SR of the episodes starting at t"),
+            Plot(
+                x="t",
+                y="successes_per_1k",
+                group="policy",
+                title="successes per 1000 steps from t on",
+            ),
+        ],
+        as_json=args.json,
+        title=title + f": success over trial time ({args.time_bin}-step stretches)",
     )
     return 0

@@ -58,6 +58,20 @@ def test_episode_log_groups_by_index_and_start_time():
     late = log.summary([0], train_len=5, late_start=4, trials=2, trial_len=24)
     assert late["successes_per_1k t>=4"] == 25.0 and late["SR t>=4"] == round(1 / 3, 3)
     assert "successes_per_1k t>=10" not in row  # only with the evaluated trial length
+    # Over trial time: starts 0, 0, 4, 4 (two wins) in [0, 8), 10 (a miss) in [8, 16), none later.
+    bins = log.timeline(8, trial_len=24, trials=2)
+    assert [(b["t"], b["episodes"], b["SR"], b["SPL"]) for b in bins] == [
+        (0, 4, 0.5, 0.25),
+        (8, 1, 0.0, 0.0),
+        (16, 0, None, None),
+    ]
+    assert [b["successes_per_1k"] for b in bins] == [125.0, 0.0, 0.0]  # 2 wins in 2 x 8 steps
+    # A last stretch cut by the trial's end counts its own steps: 1 win in 2 x 2 steps.
+    bins = log.timeline(3, trial_len=5, trials=2)
+    assert [(b["t"], b["episodes"], b["successes_per_1k"]) for b in bins] == [
+        (0, 2, 166.67),
+        (3, 2, 250.0),
+    ]
 
 
 def test_bad_buckets_and_variants():
@@ -65,6 +79,8 @@ def test_bad_buckets_and_variants():
         objnav_memo.parse_buckets("1,5")
     with pytest.raises(ValueError, match="comma-separated"):
         objnav_memo.parse_buckets("0,a")
+    with pytest.raises(ValueError, match="--time-bin must be >= 1 step, got 0"):
+        objnav_memo.run(_args("--run", "no-such-run", "--time-bin", "0"))
     args = _args("--fct-window", "64", "--memo-cap", "4")
     assert objnav_memo.variants("fct", args) == [
         ("fct", {}, False),
@@ -151,7 +167,7 @@ def test_bench_evaluates_a_trained_run(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # a run given by a relative path, as on a command line
     args = _args(
         "--run", "run", "--trial-len", "96", "--trials", "2", "--memo-cap", "2",
-        "--late-start", "50", "--output", str(tmp_path / "out"),
+        "--late-start", "50", "--time-bin", "40", "--output", str(tmp_path / "out"),
     )  # fmt: skip
     assert objnav_memo.run(args) == 0
     table = pd.read_parquet(tmp_path / "out" / "objnav-memo.parquet")
@@ -161,6 +177,18 @@ def test_bench_evaluates_a_trained_run(tmp_path, monkeypatch):
     # 96 steps = 12 full segments: memo holds 12 summary blocks, the capped one 2.
     assert memo["context_tokens"] == 12 * 4 and stream["context_tokens"] == 2 * 4
     assert (tmp_path / "out" / "objnav-memo-buckets.png").is_file()
+    # Success over trial time: 96 steps in stretches of 40: t = 0, 40, 80 for each policy.
+    times = pd.read_parquet(tmp_path / "out" / "objnav-memo-time.parquet")
+    assert times["policy"].tolist() == [
+        p for p in ["memo run", "memo-stream2 run", "random", "oracle"] for _ in range(3)
+    ]
+    assert times["t"].tolist() == [0, 40, 80] * 4
+    oracle = times[times.policy == "oracle"]
+    wins = oracle.successes_per_1k * np.array([40, 40, 16]) * 2 / 1000  # stretch steps x trials
+    assert np.allclose(wins, wins.round(), atol=0.01) and (wins.round() <= oracle.episodes).all()
+    assert wins.sum() > 0
+    assert oracle.episodes.sum() == table.iloc[3]["episodes_per_trial"] * 2
+    assert (tmp_path / "out" / "objnav-memo-time.png").is_file()
 
 
 @pytest.mark.slow
@@ -181,12 +209,17 @@ def test_bench_evaluates_a_memoryless_mlp_run(tmp_path, monkeypatch):
     assert again["episodes_per_trial"] == row["episodes_per_trial"]
 
 
-def test_append_keeps_other_variants_of_an_earlier_report(tmp_path):
+def test_append_keeps_other_variants_and_runs_of_an_earlier_report(tmp_path):
     path = tmp_path / "objnav-memo.parquet"
-    old = [{"variant": "memo", "SR all": 0.1}, {"variant": "random", "SR all": None}]
+    old = [
+        {"variant": "memo", "run": "s0", "SR all": 0.1},
+        {"variant": "memo", "run": "s1", "SR all": 0.2},
+        {"variant": "random", "run": "-", "SR all": None},
+    ]
     pd.DataFrame(old).to_parquet(path)
-    rows = objnav_memo.earlier_rows(path, [{"variant": "memo", "SR all": 0.3}])
-    assert rows == [{"variant": "random", "SR all": None}, {"variant": "memo", "SR all": 0.3}]
+    # s0 evaluated again replaces its row; the second seed's and the baseline's stay.
+    rows = objnav_memo.earlier_rows(path, [{"variant": "memo", "run": "s0", "SR all": 0.3}])
+    assert rows == [old[1], old[2], {"variant": "memo", "run": "s0", "SR all": 0.3}]
     assert objnav_memo.earlier_rows(tmp_path / "none.parquet", rows) == rows
 
 
