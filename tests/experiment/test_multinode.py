@@ -165,7 +165,9 @@ def test_tune_spreads_trials_over_nodes_and_retries_those_of_a_lost_node(
         tmp_path / "sweep.yaml",
         name="sweep",
         resources={"num_env_runners": 0, "num_envs_per_env_runner": 2},
-        run={"stop_iters": 8},
+        # Long enough that all four trials run at once although their actors start seconds
+        # apart on a loaded machine (with 8 iterations, trials ended before the last started).
+        run={"stop_iters": 40},
         tune={
             "metric": "episode_return_mean",
             "mode": "max",
@@ -177,13 +179,6 @@ def test_tune_spreads_trials_over_nodes_and_retries_those_of_a_lost_node(
     sweep = tmp_path / "shared" / "sweep"
     cluster.submit("sweep", ["memrl", "tune", str(cfg), "--output", str(sweep)], cwd=REPO)
 
-    def four_trials_checkpointed():
-        trials = [d for d in sweep.iterdir() if d.is_dir()] if sweep.is_dir() else []
-        if sum(1 for d in trials if list(d.glob("checkpoint_*"))) < 4:
-            return None
-        hosts = cluster.actor_nodes(TRIAL)
-        return hosts if len(hosts) == 4 else None
-
     def explain() -> str:
         trials = sorted(d.name for d in sweep.iterdir() if d.is_dir()) if sweep.is_dir() else []
         nodes = [
@@ -191,6 +186,15 @@ def test_tune_spreads_trials_over_nodes_and_retries_those_of_a_lost_node(
             for n in cluster.state("nodes")
         ]
         return f"trial dirs: {trials}\nnodes: {nodes}\njob log:\n{cluster.logs('sweep')}"
+
+    def four_trials_checkpointed():
+        if (sweep / "trials.parquet").exists():  # written when the sweep has ended
+            pytest.fail(f"the sweep ended before four trials ran at once\n{explain()}")
+        trials = [d for d in sweep.iterdir() if d.is_dir()] if sweep.is_dir() else []
+        if sum(1 for d in trials if list(d.glob("checkpoint_*"))) < 4:
+            return None
+        hosts = cluster.actor_nodes(TRIAL)
+        return hosts if len(hosts) == 4 else None
 
     hosts = wait_for(
         four_trials_checkpointed, 600, "four running trials with a checkpoint", explain=explain
@@ -201,7 +205,7 @@ def test_tune_spreads_trials_over_nodes_and_retries_those_of_a_lost_node(
     status, logs = cluster.wait_job("sweep", timeout=900)
     assert status == "SUCCEEDED", logs[-3000:]
     df = pd.read_parquet(sweep / "trials.parquet")
-    assert list(df.status) == ["TERMINATED"] * 4 and list(df.iterations) == [8] * 4
+    assert list(df.status) == ["TERMINATED"] * 4 and list(df.iterations) == [40] * 4
     # The trials of the lost node went on from a checkpoint, not from scratch.
     restored = df[df.iterations_since_restore < df.iterations]
     assert len(restored) >= hosts.count(victim), df[["trial_id", "iterations_since_restore"]]
