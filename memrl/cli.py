@@ -299,6 +299,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if args.command == "bench":  # benchmarks run for minutes: their progress lines show by default
+        logging.getLogger("memrl.bench").setLevel(logging.INFO)
     if not args.verbose:
         warnings.filterwarnings("ignore", category=DeprecationWarning)
     if args.command is None:

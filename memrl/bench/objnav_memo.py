@@ -231,13 +231,15 @@ def run_trials(
     baseline: str | None = None,
     forget: bool = False,
     timeline: list[dict[str, Any]] | None = None,
+    label: str = "",
 ) -> dict[str, Any]:
     """Steps ``args.trials`` trials of ``args.trial_len`` steps at once; returns the row (and
     appends the success-over-time rows to ``timeline`` when given).
 
     ``baseline``: "random" (uniform actions) or "oracle" (the map-knowing shortest-path agent)
     instead of the module. ``forget``: the module's context restarts with every inner episode
-    (its step counter goes back to 0 there, which clears that row's cache).
+    (its step counter goes back to 0 there, which clears that row's cache). ``label`` names the
+    policy in the progress lines (one per 4000 steps).
     """
     import numpy as np
     import torch
@@ -279,7 +281,7 @@ def run_trials(
             since[result.episode_done] = 0
         obs = result.obs.copy()
         if t % 4000 == 3999:
-            logger.info("step %d/%d", t + 1, args.trial_len)
+            logger.info("%s: step %d/%d", label or "policy", t + 1, args.trial_len)
     assert bool(result.trial_done.all()), "every trial ends at trial_len"
     train_len = int(env_config.get("trial_len", 4096))
     row = log.summary(
@@ -400,7 +402,9 @@ def run(args: argparse.Namespace) -> int:
             start = time.perf_counter()
             row = {"variant": name, "run": Path(run_path).name, "iteration": iteration}
             timeline: list[dict[str, Any]] = []
-            row.update(run_trials(module, env_config, args, forget=forget, timeline=timeline))
+            row.update(
+                run_trials(module, env_config, args, forget=forget, timeline=timeline, label=name)
+            )
             policy = row["policy"] = f"{name} {row['run']}"
             times += [{"policy": policy, "variant": name, "run": row["run"], **r} for r in timeline]
             row["eval_wall_s"] = round(time.perf_counter() - start, 1)
@@ -410,7 +414,9 @@ def run(args: argparse.Namespace) -> int:
         start = time.perf_counter()
         row = {"variant": baseline, "run": "-", "iteration": 0}
         timeline = []
-        row.update(run_trials(None, env_config, args, baseline=baseline, timeline=timeline))
+        row.update(
+            run_trials(None, env_config, args, baseline=baseline, timeline=timeline, label=baseline)
+        )
         row["policy"] = baseline
         times += [{"policy": baseline, "variant": baseline, "run": "-", **r} for r in timeline]
         row["eval_wall_s"] = round(time.perf_counter() - start, 1)

@@ -55,7 +55,7 @@ def test_bench_reports_both_phases(tmp_path):
         "--envs",
         "2",
         "--trial-len",
-        "1200",
+        "4000",
         "--early",
         "300",
         "--late",
@@ -67,6 +67,8 @@ def test_bench_reports_both_phases(tmp_path):
         str(tmp_path),
     )
     assert out.returncode == 0, out.stderr[-2000:]
+    # A progress line per 4000 steps and agent, without --verbose: benchmarks run for minutes.
+    assert "explore_forget: step 4000/4000" in out.stderr, out.stderr[-2000:]
     decoder = json.JSONDecoder()
     rows, end = decoder.raw_decode(out.stdout, out.stdout.index("["))
     by_index, _ = decoder.raw_decode(out.stdout, out.stdout.index("[", end))
