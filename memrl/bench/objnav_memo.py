@@ -453,12 +453,19 @@ def run(args: argparse.Namespace) -> int:
         times,
         args.output,
         plots=[
-            Plot(x="t", y="SR", group="policy", title="SR of the episodes starting at t"),
+            Plot(
+                x="t",
+                y="SR",
+                group="policy",
+                title="SR of the episodes starting in the stretch from t",
+                xlabel="step of the trial (stretch start t)",
+            ),
             Plot(
                 x="t",
                 y="successes_per_1k",
                 group="policy",
-                title="successes per 1000 steps from t on",
+                title="successes per 1000 steps of the stretch from t",
+                xlabel="step of the trial (stretch start t)",
             ),
         ],
         as_json=args.json,
