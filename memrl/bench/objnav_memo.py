@@ -395,32 +395,30 @@ def run(args: argparse.Namespace) -> int:
     rows: list[dict[str, Any]] = []
     times: list[dict[str, Any]] = []
     env_config: dict[str, Any] = {}
+
+    def evaluate(row: dict[str, Any], module: Any, **kwargs: Any) -> None:
+        """Runs one policy's trials into ``row`` (appended to ``rows``) and its success over trial
+        time into ``times``; the policy is named by its variant and run (a baseline by its own)."""
+        start = time.perf_counter()
+        timeline: list[dict[str, Any]] = []
+        row.update(
+            run_trials(module, env_config, args, timeline=timeline, label=row["variant"], **kwargs)
+        )
+        row["policy"] = row["variant"] if row["run"] == "-" else f"{row['variant']} {row['run']}"
+        keys = {k: row[k] for k in ("policy", "variant", "run")}
+        times.extend({**keys, **r} for r in timeline)
+        row["eval_wall_s"] = round(time.perf_counter() - start, 1)
+        rows.append(row)
+        logger.info("%s: %s", row["policy"], row)
+
     for run_path in args.run:
         _, env_config, mode, _ = load_policy(run_path, {})
         for name, overrides, forget in variants(mode, args):
             module, env_config, _, iteration = load_policy(run_path, overrides)
-            start = time.perf_counter()
             row = {"variant": name, "run": Path(run_path).name, "iteration": iteration}
-            timeline: list[dict[str, Any]] = []
-            row.update(
-                run_trials(module, env_config, args, forget=forget, timeline=timeline, label=name)
-            )
-            policy = row["policy"] = f"{name} {row['run']}"
-            times += [{"policy": policy, "variant": name, "run": row["run"], **r} for r in timeline]
-            row["eval_wall_s"] = round(time.perf_counter() - start, 1)
-            rows.append(row)
-            logger.info("%s: %s", name, row)
+            evaluate(row, module, forget=forget)
     for baseline in () if args.no_baselines else ("random", "oracle"):
-        start = time.perf_counter()
-        row = {"variant": baseline, "run": "-", "iteration": 0}
-        timeline = []
-        row.update(
-            run_trials(None, env_config, args, baseline=baseline, timeline=timeline, label=baseline)
-        )
-        row["policy"] = baseline
-        times += [{"policy": baseline, "variant": baseline, "run": "-", **r} for r in timeline]
-        row["eval_wall_s"] = round(time.perf_counter() - start, 1)
-        rows.append(row)
+        evaluate({"variant": baseline, "run": "-", "iteration": 0}, None, baseline=baseline)
     if args.append:
         rows = earlier_rows(Path(args.output) / f"{NAME}.parquet", rows)
         times = earlier_rows(Path(args.output) / f"{NAME}-time.parquet", times)
@@ -455,18 +453,15 @@ def run(args: argparse.Namespace) -> int:
         plots=[
             Plot(
                 x="t",
-                y="SR",
+                y=y,
                 group="policy",
-                title="SR of the episodes starting in the stretch from t",
+                title=panel,
                 xlabel="step of the trial (stretch start t)",
-            ),
-            Plot(
-                x="t",
-                y="successes_per_1k",
-                group="policy",
-                title="successes per 1000 steps of the stretch from t",
-                xlabel="step of the trial (stretch start t)",
-            ),
+            )
+            for y, panel in (
+                ("SR", "SR of the episodes starting in the stretch from t"),
+                ("successes_per_1k", "successes per 1000 steps of the stretch from t"),
+            )
         ],
         as_json=args.json,
         title=title + f": success over trial time ({args.time_bin}-step stretches)",
