@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import logging
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from memrl.experiment.report import Plot, add_output_arguments, write_report
@@ -44,18 +45,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--config",
         default=None,
-        help="experiment YAML whose env.config sets the map (default: the env's defaults)",
+        help="experiment YAML (or a run's config.yaml) whose env.config sets the map "
+        "(default: the env's defaults)",
+    )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a value of --config, as `memrl train --set` does, e.g. "
+        "--set env.config.view_radius=2 (repeatable)",
     )
     add_output_arguments(parser, NAME)
 
 
-def env_settings(config_path: str | None) -> dict[str, Any]:
-    """env.config of the experiment YAML at ``config_path`` ({} when None); it must be ObjNav's."""
+def env_settings(config_path: str | None, overrides: Sequence[str] = ()) -> dict[str, Any]:
+    """env.config of the experiment YAML at ``config_path`` with ``overrides`` (KEY=VALUE, as
+    ``memrl train --set``) applied ({} when None); it must be ObjNav's."""
     if config_path is None:
+        if overrides:
+            raise ValueError(
+                f"--set {overrides[0]} needs --config: the overrides apply to an experiment "
+                "YAML, e.g. --config configs/objnav_memo.yaml --set env.config.rooms=1"
+            )
         return {}
     from memrl.experiment.config import load_config
 
-    exp = load_config(config_path)
+    exp = load_config(config_path, list(overrides))
     if exp.env.id != "memrl/ObjNav-v0":
         raise ValueError(
             f"--config {config_path}: env.id is {exp.env.id!r}; the references run on "
@@ -128,7 +145,8 @@ def run(args: argparse.Namespace) -> int:
     from memrl.bench.objnav_memo import parse_buckets
 
     parse_buckets(args.buckets)
-    settings = env_settings(args.config)  # a wrong config fails before any agent runs
+    # a wrong config or --set fails before any agent runs
+    settings = env_settings(args.config, args.overrides)
     rows, by_index = [], []
     for kind in (a.strip() for a in args.agents.split(",") if a.strip()):
         phases, groups = measure(kind, args, settings)

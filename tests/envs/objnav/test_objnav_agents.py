@@ -101,6 +101,11 @@ def test_bench_takes_the_map_from_an_experiment_config(tmp_path):
 
     settings = env_settings("configs/objnav_memo.yaml")
     assert settings["grid_size"] == 12 and settings["num_categories"] == 6
+    # --set applies to the config's values as in `memrl train`; without a config it is an error
+    changed = env_settings("configs/objnav_memo.yaml", ["env.config.view_radius=2"])
+    assert changed == {**settings, "view_radius": 2}
+    with pytest.raises(ValueError, match="needs --config"):
+        env_settings(None, ["env.config.view_radius=2"])
     wrong = Namespace(
         envs=1,
         trial_len=200,
@@ -110,9 +115,19 @@ def test_bench_takes_the_map_from_an_experiment_config(tmp_path):
         buckets="0,1,5,20",
         seed=0,
         config="configs/memo_key_door.yaml",
+        overrides=[],
         output=str(tmp_path),
         json=True,
     )
     with pytest.raises(ValueError, match="memrl/ObjNav-v0"):
         run(wrong)
+    assert not any(tmp_path.iterdir())
+
+
+def test_bench_set_without_a_config_is_a_usage_error(tmp_path):
+    out = memrl_cli(
+        "bench", "objnav-refs", "--set", "env.config.rooms=1", "--output", str(tmp_path)
+    )
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert "needs --config" in out.stderr and "Traceback" not in out.stderr
     assert not any(tmp_path.iterdir())
