@@ -6,8 +6,9 @@ Checks, in this order:
 - ``memo-memory``: ``memrl bench memo-memory``, the paper's Memo model (4 layers, d_model 256,
   l_seg 256, l_sum 32) against RMT and the full-context transformer (FCT) at batch 1 and 32 and
   t up to 32k: step time and K/V bytes;
-- ``mem1-gpu``: ``memrl bench mem1-gpu``, the MEM1 learner step (per-turn and packed rows) and bf16
-  generation of the hf backend on a Qwen2.5-0.5B-shaped model with random weights (no hub);
+- ``mem1-speed``: ``memrl bench mem1-speed``, bf16 generation of the hf backend and the MEM1
+  learner step (full fine-tuning, LoRA, frozen lower layers; micro-batches of 1 and 4 rows of 4096
+  tokens) for Qwen2.5-0.5B's and SmolLM2-135M's shapes with random weights (no hub);
 - ``mem1-learner``: ``scripts/gpu_mem1_check.py --skip-vllm``, peak CUDA memory of one MEM1
   learner update at 8k-token rows (Qwen2.5-0.5B's width and vocabulary, 2 layers), the default
   path (chunked log-probs, micro-batches) against full-vocabulary logits; needs CUDA (skipped
@@ -52,13 +53,16 @@ MODULES = {
         "pyarrow.parquet",
         "matplotlib.pyplot",
     ],
-    "mem1-gpu": [
-        "memrl.bench.mem1_gpu",
+    "mem1-speed": [
+        "memrl.bench.mem1_speed",
         "memrl.methods.mem1.batch",
         "memrl.methods.mem1.context",
         "memrl.methods.mem1.generation.hf",
+        "memrl.methods.mem1.losses",
         "memrl.methods.mem1.network",
         "transformers.models.qwen2.modeling_qwen2",
+        "transformers.models.llama.modeling_llama",
+        "peft",
     ],
     "mem1-learner": [
         "ray.rllib.core",
@@ -82,12 +86,12 @@ MODULES = {
 """What each check imports (at import time and inside its ``run``): the environment check
 imports them all first, and tests import them where only the image and the kit are installed."""
 # Arguments of each check on the GPU (the sizes its figures are for) and with --quick (a trial on
-# a CPU, small). memo-memory and mem1-gpu keep their own defaults on the GPU: the paper's Memo
-# model at batch 1 and 32, t up to 32k; a Qwen2.5-0.5B-shaped model in bf16.
+# a CPU, small). memo-memory keeps its own defaults on the GPU: the paper's Memo model at batch 1
+# and 32, t up to 32k; mem1-speed its CUDA defaults (bf16, 4096-token rows).
 ARGS = {
     # FCT's K/V at t = 32k and batch 32 is 8.6 GB: let it onto the GPU.
     "memo-memory": "--max-cache-gb 40",
-    "mem1-gpu": "",
+    "mem1-speed": "--preset qwen0.5b smollm2-135m",
     "mem1-learner": "--skip-vllm",
     "memo-ppo": "",
     "vllm": "",
@@ -96,8 +100,8 @@ QUICK_ARGS = {
     "memo-memory": "--t 512,1024 --batch 1,2 --d-model 64 --n-layers 1 --l-seg 32 --l-sum 4 "
     "--fct-steps 4",
     # bfloat16 as on the GPU, so the trial takes the GPU's path through generation and the learner.
-    "mem1-gpu": "--preset tiny --dtype bfloat16 --gen-batch 2 --prompt-tokens 32 --new-tokens 8 "
-    "--row-tokens 512 --rows 1 --steps 1",
+    "mem1-speed": "--preset tiny --dtype bfloat16 --gen-batch 2 --prompt-tokens 32 --new-tokens 8 "
+    "--row-tokens 512 --rows 2 --micro-rows 1 2 --steps 1",
     "mem1-learner": "--skip-vllm",
     "memo-ppo": "--models memo-small --train-batch 400 --minibatch 200",
     "vllm": "--batch 2 --prompt-tokens 32 --new-tokens 8",
@@ -105,7 +109,7 @@ QUICK_ARGS = {
 LIMITS = {
     "environment": 60,
     "memo-memory": 120,
-    "mem1-gpu": 120,
+    "mem1-speed": 180,
     "mem1-learner": 90,
     "memo-ppo": 180,
     "vllm": 120,
@@ -114,7 +118,7 @@ LIMITS = {
 QUICK_LIMITS = {
     "environment": 120,
     "memo-memory": 240,
-    "mem1-gpu": 240,
+    "mem1-speed": 240,
     "mem1-learner": 60,
     "memo-ppo": 300,
     "vllm": 240,
@@ -173,21 +177,21 @@ def plan(out: Path, device: str, quick: bool) -> list[Check]:
     commands = {
         "environment": probe + ["--device", device],
         "memo-memory": bench + ["memo-memory", "--device", device],
-        "mem1-gpu": bench + ["mem1-gpu", "--device", device],
+        "mem1-speed": bench + ["mem1-speed", "--device", device],
         "mem1-learner": [py, str(scripts / "gpu_mem1_check.py")],
         "memo-ppo": [py, str(scripts / "gpu_learner_check.py"), "--devices", devices],
         "vllm": [py, str(scripts / "gpu_vllm_check.py"), "--device", device],
     }
-    folders = {"memo-memory": "memo_memory", "mem1-gpu": "mem1_gpu", "memo-ppo": "memo_ppo",
+    folders = {"memo-memory": "memo_memory", "mem1-speed": "mem1_speed", "memo-ppo": "memo_ppo",
                "mem1-learner": "mem1_learner", "vllm": "vllm"}  # fmt: skip
-    tables = {"memo-memory": "memo-memory.md", "mem1-gpu": "mem1_gpu.md",
+    tables = {"memo-memory": "memo-memory.md", "mem1-speed": "mem1_speed.md",
               "memo-ppo": "memo_ppo_learner.md", "mem1-learner": "gpu_mem1_check.md",
               "vllm": "vllm_generation.md"}  # fmt: skip
     no_vllm = (
         ""
         if importlib.util.find_spec("vllm") is not None
         else "vLLM is not installed on this machine (the GPU image has none and it is too large "
-        "for the kit); mem1-gpu measures the hf backend's generation instead"
+        "for the kit); mem1-speed measures the hf backend's generation instead"
     )
     no_cuda = "" if device == "cuda" else "peak CUDA memory: needs --device cuda"
     checks = []

@@ -204,11 +204,11 @@ def test_without_a_kit_wheel_ray_does_not_import(tmp_path: Path) -> None:
 def test_full_plan_runs_the_paper_sizes_on_cuda(tmp_path: Path) -> None:
     import argparse
 
-    from memrl.bench import mem1_gpu, memo_memory
+    from memrl.bench import mem1_speed, memo_memory
 
     checks = {c.name: c for c in gpu_check.plan(tmp_path, "cuda", quick=False)}
     assert list(checks) == [
-        "environment", "memo-memory", "mem1-gpu", "mem1-learner", "memo-ppo", "vllm",
+        "environment", "memo-memory", "mem1-speed", "mem1-learner", "memo-ppo", "vllm",
     ]  # fmt: skip
     assert not checks["mem1-learner"].skip and "--skip-vllm" in checks["mem1-learner"].argv
 
@@ -223,8 +223,9 @@ def test_full_plan_runs_the_paper_sizes_on_cuda(tmp_path: Path) -> None:
     assert (memo.d_model, memo.n_layers, memo.l_seg, memo.l_sum) == (256, 4, 256, 32)
     # FCT at t = 32k, batch 32 (8.6 GB of K/V) is measured, not skipped.
     assert memo.max_cache_gb >= 32768 * 4 * 2 * 256 * 4 * 32 / 1e9
-    mem1 = parsed(mem1_gpu, checks["mem1-gpu"].argv)
-    assert mem1.device == "cuda" and mem1.preset == "qwen0.5b"
+    mem1 = parsed(mem1_speed, checks["mem1-speed"].argv)
+    assert mem1.device == "cuda" and mem1.preset == ["qwen0.5b", "smollm2-135m"]
+    assert set(mem1.train) == {"full", "lora", "frozen", "lora-frozen"}
     ppo = checks["memo-ppo"].argv
     assert ppo[ppo.index("--devices") + 1] == "cuda,cpu"
     if importlib.util.find_spec("vllm") is None:
@@ -335,7 +336,7 @@ def test_gpu_day_quick_cpu_run_end_to_end(
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     assert "kit installed" in done.stdout
     summary = (out / "summary.md").read_text()
-    for name in ("environment", "memo-memory", "mem1-gpu", "memo-ppo"):
+    for name in ("environment", "memo-memory", "mem1-speed", "memo-ppo"):
         assert f"| {name} | ok |" in summary
     assert "| vllm | skipped |" in summary and "vLLM is not installed" in summary
     assert "| mem1-learner | skipped |" in summary and "needs --device cuda" in summary
@@ -344,7 +345,7 @@ def test_gpu_day_quick_cpu_run_end_to_end(
         ppo = json.load(tar.extractfile("results/summary.json"))
     for path in (
         "results/memo_memory/memo-memory.parquet",
-        "results/mem1_gpu/mem1_gpu.parquet",
+        "results/mem1_speed/mem1_speed.parquet",
         "results/memo_ppo/memo_ppo_learner.parquet",
         "results/environment.json",
         "results/memo-ppo.log",

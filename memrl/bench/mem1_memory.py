@@ -61,10 +61,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def write_model(folder: Path, shape: dict[str, int]) -> None:
     """A random model of the shape and a small tokenizer (the ids fed are random anyway)."""
-    from memrl.bench.mem1_gpu import random_qwen2
+    from memrl.bench.mem1_speed import random_lm
     from memrl.methods.mem1.tiny import build_tokenizer
 
-    random_qwen2(shape).save_pretrained(folder)
+    random_lm(shape).save_pretrained(folder)
     build_tokenizer(["memory bench text"] * 4, 300).save_pretrained(folder)
 
 

@@ -51,24 +51,29 @@ def add_advantages(
 
     Args:
         cols: the row batch of ``episodes`` (``build_rows``), (B, T) columns.
-        scored: the learner's pre-update pass over ``cols``: ``logp``, ``ref_logp`` and, for
-            PPO, ``values``, each (B, T) float32.
+        scored: the learner's pre-update pass over ``cols``: ``logp`` (needed with
+            ``recompute_old_logp``), ``ref_logp`` (needed when ``kl_coef`` > 0) and, for PPO,
+            ``values``, each (B, T) float32.
         episodes: the ``TextEpisode``s the rows were built from, in the same order.
         recompute_old_logp: ratio denominators from ``scored["logp"]`` (else the rollout's
             behaviour log-probs).
     """
     mask = cols["loss_mask"]
     rewards = episode_rewards(episodes, format_penalty)
-    gap = np.abs(scored["logp"] - cols["behaviour_logp"])[mask]
     cols["old_logp"] = scored["logp"] if recompute_old_logp else cols["behaviour_logp"]
-    cols["ref_logp"] = scored["ref_logp"]
+    if kl_coef > 0:
+        cols["ref_logp"] = scored["ref_logp"]
+    else:  # no KL term: the reference is never read, so it was not computed
+        cols["ref_logp"] = scored.get("ref_logp", cols["old_logp"])
     stats = {
-        "logp_gap_mean": float(gap.mean()) if gap.size else 0.0,
-        "logp_gap_max": float(gap.max()) if gap.size else 0.0,
         "reward_mean": float(rewards.mean()),
         "train_rows": float(mask.shape[0]),
         "train_tokens": float((cols["seg"] != cols["vis"].shape[1] - 1).sum()),
     }
+    if "logp" in scored:  # learner vs rollout log-probs, where the learner computed its own
+        gap = np.abs(scored["logp"] - cols["behaviour_logp"])[mask]
+        stats["logp_gap_mean"] = float(gap.mean()) if gap.size else 0.0
+        stats["logp_gap_max"] = float(gap.max()) if gap.size else 0.0
     if algorithm == "ppo":
         kl = (cols["old_logp"] - cols["ref_logp"]) * mask
         token_rewards = -kl_coef * kl

@@ -213,10 +213,16 @@ class Mem1Algorithm(Algorithm):
             self.learner_group.foreach_learner(lambda learner: learner.gather_full_state())
 
     def _score(self, cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Every learner scores its share of the rows; the shares are merged into (B, T)."""
-        budget = self.config.mem1.micro_batch_tokens
+        """Every learner scores its share of the rows; the shares are merged into (B, T). Only
+        what the update reads is computed: the current log-probs with ``recompute_old_logp``,
+        the reference's with a KL term, values for PPO; GRPO with neither scores nothing."""
+        s: Mem1Settings = self.config.mem1
+        current, reference = s.recompute_old_logp, s.kl_coef > 0
+        if not (current or reference or s.algorithm == "ppo"):
+            return {}
+        budget = s.micro_batch_tokens
         results = self.learner_group.foreach_learner(
-            lambda learner: learner.score_rows(cols, budget)
+            lambda learner: learner.score_rows(cols, budget, current=current, reference=reference)
         )
         return merge_scores([item.get() for item in results], cols["input_ids"].shape)
 

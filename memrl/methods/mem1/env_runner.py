@@ -89,7 +89,11 @@ class TextEnvRunner(EnvRunner, Checkpointable):
         if self._seed is not None:
             gen = GenerationSettings(**{**gen.__dict__, "seed": gen.seed + self._seed})
         self.backend = make_backend(
-            gen, self.module.policy.lm, self.tokenizer, self.module.model_config["path"]
+            gen,
+            self.module.policy.lm,
+            self.tokenizer,
+            self.module.model_config["path"],
+            compute_dtype=self.module.policy.compute_dtype,
         )
 
     # -- EnvRunner API --------------------------------------------------------------------------

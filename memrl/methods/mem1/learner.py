@@ -205,14 +205,23 @@ class TokenLearner(TorchLearner):
     def _tensors(self, cols: dict[str, np.ndarray], keys: Any) -> dict[str, torch.Tensor]:
         return {k: torch.as_tensor(cols[k], device=self._device) for k in keys}
 
-    def score_rows(self, cols: dict[str, np.ndarray], token_budget: int) -> dict[str, np.ndarray]:
+    def score_rows(
+        self,
+        cols: dict[str, np.ndarray],
+        token_budget: int,
+        *,
+        current: bool = True,
+        reference: bool = True,
+    ) -> dict[str, np.ndarray]:
         """Current log-probs, reference log-probs and values of this learner's share of the rows
         (rows rank, rank + L, ... of L learners), without gradients, ``token_budget`` tokens per
-        pass; log-probs only at loss tokens (0 elsewhere).
+        pass; log-probs only at loss tokens (0 elsewhere). ``current``/``reference``: whether
+        the current policy's and the reference's log-probs are wanted (each costs a forward
+        pass; values always come with a value head).
 
         Returns:
-            ``rows`` (R,) the row indices scored here; ``logp``, ``ref_logp`` and (PPO)
-            ``values``, each (R, T) float32 with ``cols``' T.
+            ``rows`` (R,) the row indices scored here; ``logp`` (with ``current``), ``ref_logp``
+            (with ``reference``) and (PPO) ``values``, each (R, T) float32 with ``cols``' T.
         """
         policy = self._policy()
         rank, world = rank_and_world()
@@ -223,10 +232,9 @@ class TokenLearner(TorchLearner):
         passes = len(chunks)
         if self._fsdp:  # every learner joins every sharded forward pass
             passes = max(len(micro_batches(lengths[r::world], token_budget)) for r in range(world))
-        out = {k: np.zeros((len(mine), t), np.float32) for k in ("logp", "ref_logp")}
         with_values = policy.value_head is not None
-        if with_values:
-            out["values"] = np.zeros((len(mine), t), np.float32)
+        wanted_keys = [("logp", current), ("ref_logp", reference), ("values", with_values)]
+        out = {k: np.zeros((len(mine), t), np.float32) for k, want in wanted_keys if want}
         position = {int(r): i for i, r in enumerate(mine)}
         was_training = policy.training
         policy.eval()
@@ -238,19 +246,20 @@ class TokenLearner(TorchLearner):
                 x = self._tensors(sub, (*SCORE_COLUMNS, "loss_mask"))
                 args = (x["input_ids"], x["position_ids"], x["seg"], x["vis"])
                 wanted = x["loss_mask"]
-                cur = policy.score(*args, with_values=with_values, logp_mask=wanted)
-                if self._reference is not None:
-                    ref = self._reference.score(*args, logp_mask=wanted)
-                else:
+                found = {}
+                if current or with_values:
+                    cur = policy.score(*args, with_values=with_values, logp_mask=wanted)
+                    found = {"logp": cur["logp"], "values": cur.get("values")}
+                if reference and self._reference is not None:
+                    found["ref_logp"] = self._reference.score(*args, logp_mask=wanted)["logp"]
+                elif reference:
                     with policy.lm.disable_adapter():
-                        ref = policy.score(*args, logp_mask=wanted)
+                        found["ref_logp"] = policy.score(*args, logp_mask=wanted)["logp"]
                 if k >= len(chunks):
                     continue
                 at = [position[r] for r in rows]
-                out["logp"][at, :width] = cur["logp"].cpu().numpy()
-                out["ref_logp"][at, :width] = ref["logp"].cpu().numpy()
-                if with_values:
-                    out["values"][at, :width] = cur["values"].cpu().numpy()
+                for key, value in out.items():
+                    value[at, :width] = found[key].cpu().numpy()
         policy.train(was_training)
         return {"rows": mine, **out}
 

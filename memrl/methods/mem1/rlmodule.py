@@ -20,6 +20,7 @@ from memrl.methods.mem1.network import (
     TokenPolicy,
     load_lm,
     load_tokenizer,
+    resolve_compute_dtype,
     resolve_dtype,
 )
 
@@ -34,10 +35,11 @@ LOSS_MASK = "loss_mask"  # (B, T) bool generated tokens: the only log-probs a lo
 class LLMRLModule(TorchRLModule, InferenceOnlyAPI):
     """A causal LM policy: ``forward_train`` scores packed token rows (log-probs, values).
 
-    ``model_config``: ``path`` (model directory or name), ``dtype``, ``lora`` (LoRASettings as a
-    dict), ``value_head`` (bool), ``logp_chunk_tokens``, ``full_logits``,
-    ``activation_checkpointing`` (see ``LLMModelSettings``), ``generation`` (GenerationSettings as
-    a dict, for env runners).
+    ``model_config``: ``path`` (model directory or name), ``dtype``, ``compute_dtype``,
+    ``lora`` (LoRASettings as a dict), ``value_head`` (bool), ``logp_chunk_tokens``,
+    ``full_logits``,
+    ``activation_checkpointing``, ``freeze_layers`` (see ``LLMModelSettings``), ``generation``
+    (GenerationSettings as a dict, for env runners).
     """
 
     def setup(self) -> None:
@@ -51,6 +53,7 @@ class LLMRLModule(TorchRLModule, InferenceOnlyAPI):
             lora,
             activation_checkpointing=bool(cfg.get("activation_checkpointing", False))
             and not self.inference_only,
+            freeze_layers=int(cfg.get("freeze_layers", 0)),
         )
         value_head = bool(cfg.get("value_head")) and not self.inference_only
         self.policy = TokenPolicy(
@@ -58,6 +61,7 @@ class LLMRLModule(TorchRLModule, InferenceOnlyAPI):
             value_head=value_head,
             logp_chunk_tokens=int(cfg.get("logp_chunk_tokens", 1024)),
             full_logits=bool(cfg.get("full_logits", False)),
+            compute_dtype=resolve_compute_dtype(cfg.get("compute_dtype", "auto")),
         )
         self._full_state: dict[str, Any] | None = None
 

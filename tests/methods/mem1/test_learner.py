@@ -160,6 +160,44 @@ def test_score_rows_reads_the_policy_at_loss_tokens_only(make_learner):
     np.testing.assert_allclose(scored["ref_logp"], scored["logp"], atol=1e-6)
 
 
+def test_score_rows_computes_only_what_is_asked(make_learner):
+    learner = make_learner(algorithm="grpo", group_size=2)
+    with torch.no_grad():  # policy and reference apart, so that each column has its own source
+        for p in learner._policy().lm.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    vocab = learner._policy().lm.config.vocab_size
+    cols = build_rows(_episodes(vocab), ContextPolicy("mem1"), "per_turn", 40, pad_id=0)
+    both = learner.score_rows(cols, token_budget=50)
+    only_ref = learner.score_rows(cols, token_budget=50, current=False)
+    only_cur = learner.score_rows(cols, token_budget=50, reference=False)
+    assert set(only_ref) == {"rows", "ref_logp"} and set(only_cur) == {"rows", "logp"}
+    np.testing.assert_array_equal(only_ref["ref_logp"], both["ref_logp"])
+    np.testing.assert_array_equal(only_cur["logp"], both["logp"])
+    assert np.abs(both["logp"] - both["ref_logp"]).max() > 1e-4
+
+
+def test_grpo_without_kl_or_recomputed_logps_scores_nothing(mem1_config):
+    from memrl.methods.mem1.algorithm import Mem1Algorithm
+
+    calls = []
+
+    class Counting:  # stands in for the learner group: any scoring call would show up here
+        def foreach_learner(self, fn):
+            calls.append(fn)
+            return []
+
+    algo = Mem1Algorithm.__new__(Mem1Algorithm)
+    algo.learner_group = Counting()
+    cols = {"input_ids": np.zeros((2, 3), np.int64)}
+    for kl, recompute, scoring_calls in ((0.0, False, 0), (0.1, False, 1), (0.0, True, 1)):
+        algo.config = mem1_config(
+            algorithm="grpo", group_size=2, kl_coef=kl, recompute_old_logp=recompute
+        )
+        calls.clear()
+        algo._score(cols)
+        assert len(calls) == scoring_calls, (kl, recompute)
+
+
 def test_reference_is_refreshed_in_place(make_learner):
     learner = make_learner(algorithm="grpo", group_size=2)
     ref = learner._reference

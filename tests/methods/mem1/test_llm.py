@@ -499,3 +499,67 @@ def test_activation_checkpointing_keeps_the_gradients(tmp_path, tiny):
         grads.append([p.grad for p in model.parameters()])
     for a, b in zip(*grads, strict=True):
         torch.testing.assert_close(a, b)
+
+
+def _three_layer_folder(tmp_path, tok):
+    torch.manual_seed(1)
+    shape = TinyModelSettings(hidden_size=32, intermediate_size=64, num_layers=3)
+    build_tiny_model(len(tok), shape).save_pretrained(tmp_path)
+    return str(tmp_path)
+
+
+def test_frozen_lower_layers_get_no_gradient_and_the_rest_the_full_one(tmp_path, tiny):
+    from memrl.methods.mem1.network import load_lm
+
+    tok, _ = tiny
+    folder = _three_layer_folder(tmp_path, tok)
+    ids = torch.randint(0, len(tok), (2, 20), generator=torch.Generator().manual_seed(0))
+    pos = torch.arange(20).repeat(2, 1)
+    seg, vis = torch.zeros_like(ids), torch.ones((2, 1, 1), dtype=torch.bool)
+    grads = {}
+    for frozen in (0, 2):
+        model = load_lm(folder, torch.float32, freeze_layers=frozen)
+        TokenPolicy(model, value_head=False).score(ids, pos, seg, vis)["logp"].sum().backward()
+        grads[frozen] = {n: p.grad for n, p in model.named_parameters()}
+        trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+        if frozen:
+            assert not any(n.startswith(("model.embed_tokens", "model.layers.0.",
+                                         "model.layers.1.")) for n in trainable)  # fmt: skip
+            assert any(n.startswith("model.layers.2.") for n in trainable)
+    for name, grad in grads[2].items():
+        if name.startswith(("model.layers.0.", "model.layers.1.", "model.embed_tokens")):
+            assert grad is None, name
+        else:  # what trains gets exactly the gradient it gets when nothing is frozen
+            torch.testing.assert_close(grad, grads[0][name], msg=name)
+
+
+def test_lora_over_frozen_layers_adapts_only_the_layers_above(tmp_path, tiny):
+    from memrl.methods.mem1.network import LoRASettings, load_lm
+
+    tok, _ = tiny
+    folder = _three_layer_folder(tmp_path, tok)
+    model = load_lm(folder, torch.float32, LoRASettings(enabled=True, r=2), freeze_layers=2)
+    adapted = {n.split(".layers.")[1].split(".")[0] for n, _ in model.named_parameters()
+               if "lora_" in n}  # fmt: skip
+    assert adapted == {"2"}
+    assert all("lora_" in n for n, p in model.named_parameters() if p.requires_grad)
+
+
+def test_freezing_every_layer_is_refused(tmp_path, tiny):
+    from memrl.experiment.config import parse_config
+    from memrl.methods.mem1.network import load_lm
+
+    tok, _ = tiny
+    folder = _three_layer_folder(tmp_path, tok)
+    with pytest.raises(ValueError, match=r"freeze_layers must be in \[0, 2\]"):
+        load_lm(folder, torch.float32, freeze_layers=3)
+    exp = parse_config(
+        {
+            "name": "frozen",
+            "env": {"id": "memrl/DocQA-v0", "config": {"synthetic_passages": 60}},
+            "algorithm": {"name": "mem1"},
+            "model": {"type": "llm", "path": folder, "freeze_layers": 3},
+        }
+    )
+    with pytest.raises(ValueError, match="has 3 decoder layers: freeze at most 2"):
+        exp.model.model_config(exp)

@@ -15,12 +15,16 @@ BACKENDS = ("hf", "vllm", "openai")
 
 
 def make_backend(
-    settings: GenerationSettings, lm: Any, tokenizer: Any, model_path: str | None = None
+    settings: GenerationSettings,
+    lm: Any,
+    tokenizer: Any,
+    model_path: str | None = None,
+    compute_dtype: Any = None,
 ) -> GenerationBackend:
     """The backend named by ``settings.backend``, bound to a causal LM and its tokenizer.
 
     ``model_path``: the folder (or name) ``lm`` was loaded from; the vllm backend starts its
-    engine from it.
+    engine from it. ``compute_dtype``: the hf backend's autocast dtype (None: the weights').
 
     Raises:
         ValueError: unknown backend name.
@@ -28,7 +32,7 @@ def make_backend(
     if settings.backend == "hf":
         from memrl.methods.mem1.generation.hf import HFBackend
 
-        return HFBackend(lm, tokenizer, settings)
+        return HFBackend(lm, tokenizer, settings, compute_dtype)
     if settings.backend == "vllm":
         from memrl.methods.mem1.generation.vllm import VLLMBackend
 
