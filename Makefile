@@ -11,7 +11,7 @@ CONFIG ?= configs/quickstart.yaml
 RUN_DIR ?= runs/quickstart-$(shell date +%Y%m%d-%H%M%S)
 PYTEST_ARGS ?=
 
-.PHONY: run test install lint browser clean
+.PHONY: run test install lint browser mutate clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -38,6 +38,11 @@ run: $(STAMP)
 test: $(STAMP) browser
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q --durations=15 $(PYTEST_ARGS)
+
+# Breaks the core math of Memo and MEM1 one line at a time and checks that the fast tests notice
+# each breakage (docs/testing.md); 10-15 minutes on 2 cores, not part of `make test`.
+mutate: $(STAMP)
+	$(PY) scripts/mutate.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .

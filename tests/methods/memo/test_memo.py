@@ -93,6 +93,24 @@ def test_envs_at_different_steps_share_one_batched_cache():
     assert (torch.stack(outs[1][11:]) - ref1).abs().max() <= 1e-4
 
 
+def test_rope_scores_depend_on_relative_positions_only():
+    """RoPE rotates each pair of a head's dimensions by its position's angle: norms are kept,
+    position 0 is the identity, and a query-key score depends only on their distance."""
+    from memrl.methods.memo.layers import rotate
+
+    net = _net(mode="memo")
+    q, k = torch.randn(2, net.cfg.head_dim)
+
+    def at(x: torch.Tensor, pos: int) -> torch.Tensor:
+        return rotate(x, *net._rope(pos, 1, pos + 1)).flatten()
+
+    torch.testing.assert_close(at(q, 0), q)
+    torch.testing.assert_close(at(q, 37).norm(), q.norm())
+    score = at(q, 3) @ at(k, 1)
+    torch.testing.assert_close(at(q, 50) @ at(k, 48), score, atol=1e-5, rtol=1e-5)
+    assert (at(q, 5) @ at(k, 1) - score).abs() > 1e-3  # another distance, another score
+
+
 def test_segment_view_holds_each_rows_current_segment_after_its_summaries():
     """``seg_kv`` of rows holding different numbers of summaries (6, 4 and 2 tokens) and segment
     steps: the first layer's K and V of exactly the steps of each row's current segment, K rotated
