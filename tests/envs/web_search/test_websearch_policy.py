@@ -407,6 +407,16 @@ def test_raw_proxy_requests_are_judged_on_the_normalized_host(request_line, reas
         proxy.close()
 
 
+def test_proxy_forwards_a_raw_latin1_path_percent_encoded(site):
+    proxy = SafetyProxy(UrlPolicy(LOCAL_ONLY), max_bytes=100_000, timeout_s=5)
+    try:
+        request = f"GET {site.url}/d\xe9j\xe0 HTTP/1.1\r\nHost: x\r\n\r\n".encode("latin-1")
+        status, _ = _raw_answer(proxy, request)
+        assert b" 404 " in status and site.hits["/d%E9j%E0"] == 1
+    finally:
+        proxy.close()
+
+
 def test_proxy_sends_the_vetted_host_upstream_not_the_clients_host_header(site):
     proxy = SafetyProxy(UrlPolicy(LOCAL_ONLY), max_bytes=1000, timeout_s=5)
     try:
