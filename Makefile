@@ -13,7 +13,7 @@ MODEL := data/models/smollm2-135m-instruct
 RUN_DIR ?= runs/quickstart-$(shell date +%Y%m%d-%H%M%S)
 PYTEST_ARGS ?=
 
-.PHONY: run test install model lint browser clean
+.PHONY: run test install model lint browser mutate clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -45,6 +45,11 @@ run: $(STAMP)
 test: $(STAMP) browser model
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q --durations=15 $(PYTEST_ARGS)
+
+# Breaks the core math of Memo and MEM1 one line at a time and checks that the fast tests notice
+# each breakage (docs/testing.md); 10-15 minutes on 2 cores, not part of `make test`.
+mutate: $(STAMP)
+	$(PY) scripts/mutate.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .

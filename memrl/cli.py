@@ -323,6 +323,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             traceback.print_exc()
         print(f"error: {err}", file=sys.stderr)
         return EXIT_USAGE
+    except (NotADirectoryError, FileExistsError) as err:  # e.g. --output a/b where a is a file
+        if os.environ.get("MEMRL_DEBUG"):
+            traceback.print_exc()
+        hint = (
+            " (a folder on that path is a file: give a path whose folders are folders or do "
+            "not exist yet)"
+            if isinstance(err, NotADirectoryError)
+            else ""
+        )
+        print(f"error: {err}{hint}", file=sys.stderr)
+        return EXIT_USAGE
     except ImportError as err:
         hint = str(err) if "memrl[" in str(err) else missing_extra(err)
         if hint is None:

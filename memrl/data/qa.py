@@ -55,7 +55,14 @@ def read_questions(path: str | Path, skip_malformed: bool = False) -> list[Any]:
         raise FileNotFoundError(f"questions file {str(path)!r} does not exist")
     text = path.read_text(encoding="utf-8")
     if text.lstrip().startswith("["):
-        records = list(enumerate(json.loads(text), start=1))
+        try:
+            records = list(enumerate(json.loads(text), start=1))
+        except (ValueError, RecursionError) as err:
+            reason = "nested too deeply" if isinstance(err, RecursionError) else str(err)
+            raise ValueError(
+                f"{path}: not a valid JSON list of questions ({reason}); give JSONL (one "
+                "question per line) or one JSON list of flat records."
+            ) from None
         where = "entry"
     else:
         records = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
@@ -63,7 +70,11 @@ def read_questions(path: str | Path, skip_malformed: bool = False) -> list[Any]:
     items = []
     for number, record in records:
         try:
-            items.append(_item(json.loads(record) if isinstance(record, str) else record))
+            try:
+                record = json.loads(record) if isinstance(record, str) else record
+            except RecursionError:
+                raise ValueError("JSON nested too deeply") from None
+            items.append(_item(record))
         except (TypeError, ValueError) as err:
             if skip_malformed:
                 continue

@@ -23,7 +23,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--instructions",
         type=int,
         default=None,
-        help="human-style instructions to write (default: min(12087, 2*products))",
+        help="human-style instructions to write, at most 10 per product "
+        "(default: min(12087, 2*products))",
     )
     parser.add_argument(
         "--output",

@@ -3,9 +3,16 @@
 ``bind`` opens the listening socket first, so a port that is in use or out of range is a clear
 ``ValueError`` before a service spends minutes building its index. ``ASGIServer`` then serves a
 Starlette app on that socket with uvicorn's h11 protocol (bounded header sizes, malformed
-requests answered 400 by the server itself). ``read_body`` is how the apps take a request body:
-a size cap checked against Content-Length before reading and while reading, and a deadline, so a
-short or endless body costs a 408 or a 413, never a blocked worker.
+requests answered 400 by the server itself), guarded against clients that hold connections
+without using them: a request's headers must arrive within ``HEADER_TIMEOUT_S`` of the
+connection opening or of the previous response (a client that sends nothing, or a header a byte
+at a time, is disconnected; uvicorn's own keep-alive timeout restarts with every byte), and at
+most ``max_connections`` connections stay open (default: ``MAX_CONNECTIONS``, at most half the
+process's file-descriptor limit): one more closes the connection that has waited longest for a
+request, so idle connections cannot starve ``/health`` or exhaust descriptors. ``read_body`` is
+how the apps take a request body: a size cap checked against Content-Length before reading and
+while reading, and a deadline, so a short or endless body costs a 408 or a 413, never a blocked
+worker.
 """
 
 from __future__ import annotations
@@ -23,6 +30,23 @@ logger = logging.getLogger(__name__)
 
 BODY_TIMEOUT_S = 30.0
 """Longest a client may take to send a request body."""
+HEADER_TIMEOUT_S = 10.0
+"""Longest a connection may wait for a request's headers (from opening, or from the previous
+response) before the server closes it."""
+KEEP_ALIVE_S = 5.0
+"""An idle keep-alive connection is closed this long after its last response."""
+MAX_CONNECTIONS = 1024
+"""Most connections open at once (lowered to half the file-descriptor limit where that is less)."""
+
+
+def default_max_connections() -> int:
+    """``MAX_CONNECTIONS``, or half this process's soft file-descriptor limit if that is less."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return MAX_CONNECTIONS
+    return max(1, min(MAX_CONNECTIONS, soft // 2))
 
 
 class BodyError(Exception):
@@ -102,6 +126,68 @@ async def read_body(request: Any, limit: int, timeout_s: float = BODY_TIMEOUT_S)
     return body
 
 
+def _guarded_protocol(header_timeout_s: float, max_connections: int) -> type:
+    """uvicorn's h11 protocol with a deadline for each request's headers and a cap on the
+    connections open at once (see the module docstring)."""
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class GuardedH11Protocol(H11Protocol):
+        _deadline: Any = None
+        _waiting_since = 0.0
+
+        def waiting(self) -> bool:
+            """No request in progress: the connection waits for a request's headers."""
+            idle_cycle = self.cycle is None or self.cycle.response_complete
+            return self.conn.their_state is h11.IDLE and idle_cycle
+
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            self._arm()
+            # Connections closed a moment ago are still in the set until the loop reports them.
+            live = [c for c in self.connections if not c.transport.is_closing()]
+            if len(live) > max_connections:
+                waiting = [c for c in live if c is not self and c.waiting()]
+                oldest = min(waiting, key=lambda c: c._waiting_since, default=self)
+                logger.warning(
+                    "%d connections open (at most %d): closing one that waits for a request",
+                    len(live),
+                    max_connections,
+                )
+                oldest.transport.close()
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            if not self.waiting():
+                self._disarm()  # the headers are in: the request's own limits apply
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if not self.transport.is_closing() and self.waiting():
+                self._arm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        def _arm(self) -> None:
+            self._disarm()
+            self._waiting_since = self.loop.time()
+            self._deadline = self.loop.call_later(header_timeout_s, self._expire)
+
+        def _disarm(self) -> None:
+            if self._deadline is not None:
+                self._deadline.cancel()
+                self._deadline = None
+
+        def _expire(self) -> None:
+            self._deadline = None
+            if self.waiting() and not self.transport.is_closing():
+                self.transport.close()
+
+    return GuardedH11Protocol
+
+
 class ASGIServer:
     """Serves an ASGI app with uvicorn on a socket from ``bind``.
 
@@ -109,22 +195,42 @@ class ASGIServer:
         app: the ASGI application.
         sock: a listening socket (``bind``); the server closes it when it stops.
         name: thread name and log prefix.
+        header_timeout_s: longest wait for a request's headers (see ``HEADER_TIMEOUT_S``).
+        keep_alive_s: an idle keep-alive connection is closed this long after its last response.
+        max_connections: most connections open at once (default ``default_max_connections()``).
     """
 
-    def __init__(self, app: Any, sock: socket.socket, name: str = "memrl-http") -> None:
+    def __init__(
+        self,
+        app: Any,
+        sock: socket.socket,
+        name: str = "memrl-http",
+        *,
+        header_timeout_s: float = HEADER_TIMEOUT_S,
+        keep_alive_s: float = KEEP_ALIVE_S,
+        max_connections: int | None = None,
+    ) -> None:
         import uvicorn
 
+        if max_connections is None:
+            max_connections = default_max_connections()
+        if max_connections < 1 or header_timeout_s <= 0 or keep_alive_s <= 0:
+            raise ValueError(
+                f"ASGIServer needs max_connections >= 1 and positive timeouts, got "
+                f"max_connections={max_connections}, header_timeout_s={header_timeout_s}, "
+                f"keep_alive_s={keep_alive_s}"
+            )
         self.name = name
         self._sock = sock
         config = uvicorn.Config(
             app,
-            http="h11",
+            http=_guarded_protocol(header_timeout_s, max_connections),
             lifespan="off",
             log_config=None,  # uvicorn's loggers propagate to the application's logging setup
             log_level="warning",
             access_log=False,
             server_header=False,
-            timeout_keep_alive=5,
+            timeout_keep_alive=keep_alive_s,
             timeout_graceful_shutdown=5,
         )
         self._server = uvicorn.Server(config)

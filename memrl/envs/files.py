@@ -2,23 +2,52 @@
 
 Data commands write their outputs here: each file goes to a temporary name next to its target and
 is renamed over it only once complete (``os.replace`` is atomic within a file system), so a
-rejected argument, an exception or a crash part-way leaves what was there before untouched.
+rejected argument, an exception or a crash part-way leaves what was there before untouched. A
+file that replaces another keeps the old one's mode; a new file gets the mode any new file gets
+(0666 less the umask), not a temporary file's 0600.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 
+def make_folder(folder: str | Path) -> Path:
+    """``folder`` created with its parents (kept as it is if it exists).
+
+    Raises:
+        ValueError: ``folder`` or one of its parents is an existing file.
+    """
+    folder = Path(folder)
+    for part in (folder, *folder.parents):
+        if part.exists() and not part.is_dir():
+            raise ValueError(
+                f"Cannot write into {str(folder)!r}: {str(part)!r} is a file, not a folder. "
+                "Give an output path whose folders are folders (or do not exist yet)."
+            )
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
 def _temporary_name(target: Path) -> Path:
-    fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent)
-    os.close(fd)
-    return Path(name)
+    """A new empty file next to ``target``, with ``target``'s mode if it exists, else with the
+    mode a new file gets (``tempfile.mkstemp`` would make it 0600)."""
+    for _ in range(100):
+        name = target.parent / f".{target.name}.{secrets.token_hex(4)}.partial"
+        try:
+            os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+        except FileExistsError:
+            continue
+        if target.is_file():
+            shutil.copymode(target, name)
+        return name
+    raise FileExistsError(f"no free temporary name next to {str(target)!r}")
 
 
 @contextlib.contextmanager
@@ -29,13 +58,13 @@ def replacing(*targets: str | Path) -> Iterator[list[Path]]:
     every target as it was; the temporaries are removed either way.
 
     Raises:
-        ValueError: a target is an existing folder.
+        ValueError: a target is an existing folder, or a folder on its path is a file.
     """
     paths = [Path(t) for t in targets]
     for path in paths:
         if path.is_dir():
             raise ValueError(f"{str(path)!r} is a folder; give a file path to write.")
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_folder(path.parent)
     temporaries: list[Path] = []
     try:
         temporaries = [_temporary_name(path) for path in paths]
@@ -57,12 +86,9 @@ def replacing_files_in(folder: str | Path, manifest: str) -> Iterator[Path]:
     over files that do not belong to it. Files the block does not write are kept.
 
     Raises:
-        ValueError: ``folder`` is an existing file.
+        ValueError: ``folder`` or one of its parents is an existing file.
     """
-    folder = Path(folder)
-    if folder.exists() and not folder.is_dir():
-        raise ValueError(f"{str(folder)!r} is a file; give a folder path to write into.")
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = make_folder(folder)
     staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".partial", dir=folder))
     try:
         yield staging

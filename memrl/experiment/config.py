@@ -299,9 +299,97 @@ _ConfigLoader.add_implicit_resolver(
 )
 
 
+MAX_YAML_VALUES = 100_000
+"""Most values a config may hold once its aliases are expanded (each use of ``*name`` counts its
+anchor's values again): configs hold hundreds; a few lines of nested aliases can hold billions."""
+MAX_YAML_DEPTH = 100
+"""Deepest nesting of mappings and lists a config may have."""
+
+
 def parse_yaml(text: str) -> Any:
-    """A config's YAML text as Python data (``1e-4`` is a float, as a user means it)."""
-    return yaml.load(text, Loader=_ConfigLoader)  # a SafeLoader: no arbitrary objects
+    """A config's YAML text as Python data (``1e-4`` is a float, as a user means it).
+
+    Raises:
+        ValueError: the text is not YAML (the message is one line: the problem and where), an
+            alias refers to a node that contains it, aliases expand to more than
+            ``MAX_YAML_VALUES`` values, or nesting goes deeper than ``MAX_YAML_DEPTH``.
+    """
+    loader = _ConfigLoader(text)  # a SafeLoader: no arbitrary objects
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_expansion(node)
+        return loader.construct_document(node)
+    except yaml.YAMLError as err:
+        raise ValueError(f"not valid YAML: {yaml_problem(err)}") from None
+    except RecursionError:
+        raise ValueError(
+            f"YAML nested too deeply (a config needs at most {MAX_YAML_DEPTH} levels)"
+        ) from None
+    finally:
+        loader.dispose()
+
+
+def yaml_problem(err: yaml.YAMLError) -> str:
+    """One line for a YAML error: the problem, where it is, and its context."""
+    if not isinstance(err, yaml.MarkedYAMLError) or err.problem is None:
+        return " ".join(str(err).split())
+    text = err.problem
+    if err.problem_mark is not None:
+        text += f" at line {err.problem_mark.line + 1}, column {err.problem_mark.column + 1}"
+    if err.context:
+        where = err.context_mark
+        started = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
+        text += f" ({err.context}{started})"
+    return text
+
+
+def _check_expansion(root: yaml.Node) -> None:
+    """Refuses alias cycles, alias bombs and deep nesting before anything is constructed.
+
+    Counts the values of the node graph as if every alias were written out (each shared node's
+    count is computed once), without recursion, so no input can exhaust the stack here.
+    """
+    size: dict[int, int] = {}
+    open_: set[int] = set()  # nodes whose values are being counted (the current path)
+    stack: list[tuple[yaml.Node, int, bool]] = [(root, 0, False)]
+    while stack:
+        node, depth, counted = stack.pop()
+        children = _children(node)
+        if counted:
+            open_.discard(id(node))
+            size[id(node)] = 1 + sum(size[id(c)] for c in children)
+            if size[id(node)] > MAX_YAML_VALUES:
+                raise ValueError(
+                    f"YAML aliases expand to more than {MAX_YAML_VALUES:,} values (line "
+                    f"{node.start_mark.line + 1}); write the values out or nest fewer aliases"
+                )
+            continue
+        if id(node) in size:
+            continue
+        if depth > MAX_YAML_DEPTH:
+            raise ValueError(
+                f"YAML nested deeper than {MAX_YAML_DEPTH} levels (line {node.start_mark.line + 1})"
+            )
+        open_.add(id(node))
+        stack.append((node, depth, True))
+        for child in children:
+            if id(child) in open_:
+                raise ValueError(
+                    f"a YAML alias at line {child.start_mark.line + 1} refers to a node that "
+                    f"contains it (line {node.start_mark.line + 1}): a cycle; an anchor may be "
+                    "reused, not nested inside itself"
+                )
+            stack.append((child, depth + 1, False))
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
@@ -316,8 +404,8 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
             raise ValueError(f"--set key path {path!r} has an empty part")
         try:
             value = parse_yaml(raw)
-        except yaml.YAMLError as err:
-            raise ValueError(f"--set {path}: cannot parse value {raw!r} ({err})") from err
+        except ValueError as err:
+            raise ValueError(f"--set {path}: cannot parse value {raw[:100]!r} ({err})") from None
         node = data
         for k in keys[:-1]:
             child = node.get(k)
@@ -361,8 +449,8 @@ def load_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise FileNotFoundError(f"Config file {str(p)!r} not found.{hint}")
     try:
         data = parse_yaml(p.read_text())
-    except yaml.YAMLError as err:
-        raise ValueError(f"{p} is not valid YAML: {err}") from err
+    except ValueError as err:
+        raise ValueError(f"{p}: {err}") from None
     if data is None:
         data = {}
     if not isinstance(data, dict):

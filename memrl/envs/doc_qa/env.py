@@ -282,7 +282,10 @@ class DocQAEnv(gym.Env):
         caller stepping many envs can fetch all their queries in one retriever call."""
         if self._done or self.task is None:
             return None
-        kind, content = self._parse(action if isinstance(action, str) else "")
+        text, refused = action_text(action, self.config.max_action_chars)
+        if refused is not None:  # step refuses it unparsed: nothing to fetch
+            return None
+        kind, content = self._parse(text)
         query = " ".join(content.split())
         if kind != self.tags.search or not query or len(query) > self.config.max_query_chars:
             return None

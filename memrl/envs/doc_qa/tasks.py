@@ -60,7 +60,10 @@ def read_flashrag_jsonl(path: str | Path, skip_malformed: bool = False) -> list[
             if not line.strip():
                 continue
             try:
-                record = json.loads(line)
+                try:
+                    record = json.loads(line)
+                except RecursionError:
+                    raise ValueError("JSON nested too deeply") from None
                 items.append(_item(record.get("question"), record.get("golden_answers")))
             except (ValueError, TypeError, AttributeError) as err:
                 if skip_malformed:
@@ -81,9 +84,10 @@ def read_hotpotqa_json(path: str | Path, skip_malformed: bool = False) -> list[Q
     path = _existing(path)
     try:
         records = json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as err:
+    except (ValueError, RecursionError) as err:
+        reason = "nested too deeply" if isinstance(err, RecursionError) else str(err)
         raise ValueError(
-            f"{path}: not valid JSON ({err}); HotpotQA files are one JSON list."
+            f"{path}: not valid JSON ({reason}); HotpotQA files are one JSON list."
         ) from None
     if not isinstance(records, list):
         raise ValueError(f"{path}: expected a JSON list of questions, got {type(records).__name__}")

@@ -197,7 +197,10 @@ def _load_jsonl(path: Path, format: str, skip_malformed: bool) -> tuple[Corpus, 
             if not line.strip():
                 continue
             try:
-                record = json.loads(line)
+                try:
+                    record = json.loads(line)
+                except RecursionError:
+                    raise ValueError("JSON nested too deeply") from None
                 if format == "jsonl-auto":
                     format = "wiki-jsonl" if _has_contents(record) else "jsonl"
                 pid, title, text = _parse_record(record, format)

@@ -231,6 +231,8 @@ class HTTPRetriever:
                 decoded = json.loads(data.decode("utf-8")) if data else {}
             except ValueError:
                 decoded = {"error": data[:200].decode("utf-8", "replace")}
+            except RecursionError:
+                decoded = {"error": "the answer is JSON nested too deeply to read"}
             if status >= 400:
                 message = decoded.get("error") or decoded.get("detail") or decoded
                 raise ValueError(f"Retrieval server {self.url} answered {status}: {message}")

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, quote_plus, urlsplit
 
+from memrl.envs.text import clean_text
 from memrl.envs.web_search.browser import Loaded
 from memrl.envs.web_search.config import SearchConfig, from_dict
 from memrl.envs.web_search.httpclient import HttpClient, HttpError
@@ -191,14 +192,15 @@ class JsonApiBackend:
         results = []
         for item in items:
             url = _dig(item, self.url_field) if isinstance(item, dict) else None
-            parts = split_url(url) if isinstance(url, str) else None
+            url = clean_text(url) if isinstance(url, str) else None  # JSON may hold "\ud800"
+            parts = split_url(url) if url is not None else None
             if parts is None or parts.scheme not in ("http", "https"):
                 continue
             results.append(
                 SearchResult(
-                    title=str(_dig(item, self.title_field) or url),
+                    title=clean_text(str(_dig(item, self.title_field) or url)),
                     url=url,
-                    snippet=str(_dig(item, self.snippet_field) or ""),
+                    snippet=clean_text(str(_dig(item, self.snippet_field) or "")),
                 )
             )
         return results

@@ -4,7 +4,8 @@ A request (``{"kind": "page", "url": ...}`` or ``{"kind": "search", "backend": .
 plus the URL policy's fingerprint that ``WebClient`` adds to every request) hashes to a key; the
 index maps the key to the SHA-256 of the stored JSON, which lives once under ``blobs/ab/abcdef...``
 however many requests point at it. ``replay`` mode answers from the index
-only, so a recorded run replays with no network at all.
+only, so a recorded run replays with no network at all. Text is stored as UTF-8, lone surrogates
+(which a page or a search API may send) included as they are, so any string round-trips.
 """
 
 from __future__ import annotations
@@ -41,7 +42,12 @@ CREATE TABLE IF NOT EXISTS entries (
 def request_key(request: dict[str, Any]) -> str:
     """Stable key of a request dict (sorted JSON, hashed with the format version)."""
     payload = json.dumps({"v": FORMAT_VERSION, **request}, sort_keys=True, ensure_ascii=False)
-    return hashlib.sha256(payload.encode()).hexdigest()
+    return hashlib.sha256(_utf8(payload)).hexdigest()
+
+
+def _utf8(text: str) -> bytes:
+    """UTF-8 bytes of any str, lone surrogates included (plain UTF-8 for well-formed text)."""
+    return text.encode("utf-8", "surrogatepass")
 
 
 class WebCache:
@@ -101,13 +107,13 @@ class WebCache:
             self.misses += 1
             return None
         self.hits += 1
-        return json.loads(data)
+        return json.loads(data.decode("utf-8", "surrogatepass"))
 
     def put(self, request: dict[str, Any], value: Any) -> None:
         """Stores a JSON-serializable value (a no-op when off or replaying)."""
         if self._db is None or self.mode != "readwrite":
             return
-        data = json.dumps(value, sort_keys=True, ensure_ascii=False).encode()
+        data = _utf8(json.dumps(value, sort_keys=True, ensure_ascii=False))
         digest = hashlib.sha256(data).hexdigest()
         path = self._blob_path(digest)
         if not path.exists():

@@ -17,6 +17,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 
+from memrl.envs.text import clean_text
 from memrl.envs.web_search.backends import SearchFailed, SearchResult, build_backend
 from memrl.envs.web_search.browser import Loaded
 from memrl.envs.web_search.cache import WebCache
@@ -113,6 +114,7 @@ class WebClient:
     def search(self, query: str) -> SearchOutcome:
         """Results of a query (cached); never raises for web failures."""
         t0 = time.monotonic()
+        query = clean_text(query)  # no encoder takes a lone surrogate
         request = {**self.backend.cache_request(query), "policy": self._policy_key}
         hit = self.cache.get(request)
         if hit is not None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
-from memrl.envs.web_search.policy import UrlDenied, UrlPolicy, join_url
+from memrl.envs.web_search.policy import UrlDenied, UrlPolicy, join_url, request_target
 
 MAX_REDIRECTS = 5
 
@@ -37,7 +37,15 @@ class Response:
     body: bytes
 
     def json(self) -> Any:
-        return json.loads(self.body.decode("utf-8", "replace"))
+        """The body as JSON.
+
+        Raises:
+            ValueError: the body is not JSON, or is nested too deeply to parse.
+        """
+        try:
+            return json.loads(self.body.decode("utf-8", "replace"))
+        except RecursionError:
+            raise ValueError(f"the JSON body of {self.url} is nested too deeply") from None
 
 
 class _PinnedHTTP(http.client.HTTPConnection):
@@ -95,7 +103,9 @@ class HttpClient:
         for _ in range(MAX_REDIRECTS + 1):
             response = self._once(method, url, send_headers, body)
             if response.status in (301, 302, 303, 307, 308) and "location" in response.headers:
-                location = response.headers["location"]
+                # http.client decodes headers as Latin-1: back to the bytes sent, read as UTF-8.
+                raw = response.headers["location"].encode("latin-1", "replace")
+                location = raw.decode("utf-8", "surrogateescape")
                 target = join_url(url, location)
                 if target is None:
                     raise HttpError(
@@ -112,11 +122,10 @@ class HttpClient:
         host, port = self.policy.check_url(url)
         vetted = self.policy.resolve(host, port)
         parts = urlsplit(url)
-        cls = _PinnedHTTPS if parts.scheme == "https" else _PinnedHTTP
-        conn = cls(host, vetted.address, port, self.timeout_s)
-        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        cls = _PinnedHTTPS if parts.scheme.lower() == "https" else _PinnedHTTP
+        conn = cls(vetted.host, vetted.address, port, self.timeout_s)
         try:
-            conn.request(method, path, body=body, headers=headers)
+            conn.request(method, request_target(parts), body=body, headers=headers)
             resp = conn.getresponse()
             data = resp.read(self.max_bytes + 1)
         except (OSError, http.client.HTTPException) as err:

@@ -22,9 +22,14 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import urlsplit
 
-from memrl.envs.web_search.policy import UrlDenied, UrlPolicy, join_url
+from memrl.envs.web_search.policy import (
+    UrlDenied,
+    UrlPolicy,
+    join_url,
+    request_target,
+    split_url,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -177,12 +182,16 @@ class _Handler(BaseHTTPRequestHandler):
         self.close_connection = True
 
     def do_CONNECT(self) -> None:  # noqa: N802 (stdlib naming)
-        host, _, port_text = self.path.rpartition(":")
+        target = _request_text(self.path)
+        host, _, port_text = target.rpartition(":")
         host = host.strip("[]")
-        url = f"https://{self.path}"
+        url = f"https://{target}"
         try:
-            vetted = self.proxy.policy.resolve(host, int(port_text))
-        except (UrlDenied, ValueError) as err:
+            port = int(port_text) if port_text.isascii() and port_text.isdigit() else -1
+            if not 0 < port < 65536:
+                raise UrlDenied(f"CONNECT target {target[:100]!r} has no valid port")
+            vetted = self.proxy.policy.resolve(host, port)
+        except UrlDenied as err:
             self._refuse(url, str(err))
             return
         try:
@@ -202,10 +211,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.close_connection = True
 
     def _forward(self) -> None:
-        url = self.path
-        parts = urlsplit(url)
+        url = _request_text(self.path)
+        parts = split_url(url)
         try:
-            if parts.scheme.lower() != "http":
+            if parts is None or parts.scheme.lower() != "http":
                 raise UrlDenied(
                     f"the proxy forwards absolute http:// URLs only (got {url[:100]!r})"
                 )
@@ -226,12 +235,16 @@ class _Handler(BaseHTTPRequestHandler):
         if body is not None and len(body) < length:
             self.close_connection = True  # the client hung up mid-body
             return
-        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         conn = http.client.HTTPConnection(vetted.address, port, timeout=self.proxy.timeout_s)
         try:
-            conn.putrequest(self.command, path, skip_host=True, skip_accept_encoding=True)
+            conn.putrequest(
+                self.command, request_target(parts), skip_host=True, skip_accept_encoding=True
+            )
+            # The upstream learns the host from the vetted name, never from the client's header.
+            name = f"[{vetted.host}]" if ":" in vetted.host else vetted.host
+            conn.putheader("Host", name if port == 80 else f"{name}:{port}")
             for key, value in self.headers.items():
-                if key.lower() not in _HOP_HEADERS:
+                if key.lower() not in _HOP_HEADERS and key.lower() != "host":
                     conn.putheader(key, value)
             conn.putheader("Connection", "close")
             conn.endheaders(body)
@@ -278,6 +291,12 @@ class _Handler(BaseHTTPRequestHandler):
         self.close_connection = True
 
     do_GET = do_POST = do_HEAD = do_PUT = do_DELETE = do_OPTIONS = do_PATCH = _forward
+
+
+def _request_text(target: str) -> str:
+    """A request line's target as text: ``http.server`` decodes it as Latin-1, the bytes are
+    read as UTF-8 (the bytes no UTF-8 decoder takes kept as surrogates, which no host passes)."""
+    return target.encode("latin-1", "replace").decode("utf-8", "surrogateescape")
 
 
 def _relay(

@@ -4,7 +4,10 @@ It has a search engine (HTML results in its own markup, a SearXNG-style HTML and
 and a Serper-style JSON API that checks an API key), article pages about invented facts, and the
 hard cases: a page built by JavaScript after load, a slow page, a 404, redirects to private and
 link-local addresses, a redirect and links to malformed URLs, a huge page, a binary file and a
-plain-text file. ``LocalSite.tasks()`` gives QA tasks whose answers are on its pages.
+plain-text file. What a hostile server may send has routes too: redirects to a Latin-1 path and to
+a host with a NUL, search results with lone surrogates (``/api/odd``), a deeply nested JSON body
+(``/api/deep``), and ``/echo-host``, which answers the Host header it got.
+``LocalSite.tasks()`` gives QA tasks whose answers are on its pages.
 """
 
 from __future__ import annotations
@@ -228,6 +231,20 @@ class _Handler(BaseHTTPRequestHandler):
                 "'A lone ' + String.fromCharCode(0xD800) + ' surrogate in the text.';</script>"
             )
             self._send(200, _page("Lone surrogate", f"<p id='s'>loading</p>{script}"))
+        elif path == "/redirect-latin1":  # a raw byte 0xE9: http.client reads it as Latin-1
+            self._send(302, b"", headers={"Location": "/caf\xe9 au lait"})
+        elif path == "/redirect-nul-host":
+            self._send(302, b"", headers={"Location": "http://127.0.0.1\x00.example/x"})
+        elif path == "/api/odd":
+            # json.dumps escapes the lone surrogates: valid JSON that decodes to ill-formed text
+            odd = {"title": "Broken \ud800 title", "url": site.url + "/page/zorbania?\udfff"}
+            results = [{**odd, "content": "a snippet with \udbff in it"}]
+            self._send(200, json.dumps({"results": results}).encode(), "application/json")
+        elif path == "/api/deep":
+            depth = 200_000
+            self._send(200, b"[" * depth + b"]" * depth, "application/json")
+        elif path == "/echo-host":
+            self._send(200, (self.headers.get("Host") or "").encode(), "text/plain")
         elif path == "/redirect-ok":
             self._send(302, b"", headers={"Location": "/page/zorbania"})
         elif path == "/huge":

@@ -113,6 +113,11 @@ def _read_json(path: Path) -> Any:
             f"{path}: not valid JSON ({err.msg} at line {err.lineno}, column {err.colno}). "
             "Re-download or regenerate the file."
         ) from err
+    except RecursionError:
+        raise ValueError(
+            f"{path}: JSON nested too deeply to read (WebShop files are a list or a mapping of "
+            "flat records). Re-download or regenerate the file."
+        ) from None
 
 
 class _RecordError(ValueError):

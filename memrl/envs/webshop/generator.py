@@ -34,6 +34,10 @@ _ASIN_ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 _ASIN_MULTIPLIER = 2_654_435_761  # odd and prime to 36**8, so index -> asin is a bijection
 
 
+MAX_INSTRUCTIONS_PER_PRODUCT = 10
+"""Most human instructions per product (the real data has about 0.01; the default writes <= 2)."""
+
+
 def default_num_instructions(num_products: int) -> int:
     """Human instructions written by default: as many as the real data (12,087), <= 2 a product."""
     return min(12_087, 2 * num_products)
@@ -186,7 +190,8 @@ def check_counts(num_products: int, num_instructions: int | None = None) -> int:
     """Validates a catalogue's size; returns the number of human instructions to write.
 
     Raises:
-        ValueError: num_products outside [100, 1M] or a negative instruction count.
+        ValueError: num_products outside [100, 1M], or an instruction count below 0 or above
+            ``MAX_INSTRUCTIONS_PER_PRODUCT`` per product.
     """
     if not MIN_PRODUCTS <= num_products <= MAX_PRODUCTS:
         raise ValueError(
@@ -196,6 +201,13 @@ def check_counts(num_products: int, num_instructions: int | None = None) -> int:
         return default_num_instructions(num_products)
     if num_instructions < 0:
         raise ValueError(f"num_instructions must be >= 0, got {num_instructions}.")
+    limit = MAX_INSTRUCTIONS_PER_PRODUCT * num_products
+    if num_instructions > limit:
+        raise ValueError(
+            f"num_instructions must be at most {MAX_INSTRUCTIONS_PER_PRODUCT} per product "
+            f"({limit:,} for {num_products:,} products), got {num_instructions:,}. Ask for "
+            "fewer instructions or more products."
+        )
     return num_instructions
 
 
@@ -205,7 +217,7 @@ def iter_catalogue(
     """Yields ``(product record, items_ins_v2 entry, human instructions)`` per product.
 
     Raises:
-        ValueError: num_products outside [100, 1M] or a negative instruction count.
+        ValueError: num_products or num_instructions out of range (``check_counts``).
     """
     num_instructions = check_counts(num_products, num_instructions)
     # Which products get how many human instructions: spread evenly, then shuffled by seed.
@@ -231,8 +243,8 @@ def generate_catalogue(
         ``{"products": ..., "attributes": ..., "human": ...}`` paths.
 
     Raises:
-        ValueError: num_products outside [100, 1M], a negative instruction count, or ``out_dir``
-            is a file.
+        ValueError: num_products or num_instructions out of range (``check_counts``), or
+            ``out_dir`` or a folder above it is a file.
     """
     check_counts(num_products, num_instructions)
     out = Path(out_dir)

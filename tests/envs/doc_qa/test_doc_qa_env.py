@@ -266,3 +266,17 @@ def test_any_string_is_a_legal_action(actions):
         if terminated or truncated:
             break
         assert obs.startswith("<information>[HINT]")
+
+
+def test_batched_search_requests_hold_only_what_step_would_search():
+    """The request a caller fetches ahead of ``step`` (``search_request``) is what ``step`` would
+    search: none for an action over the cap (step refuses it unparsed), and a query with lone
+    surrogates as U+FFFD (no retriever, HTTP or tokenizer, is handed an ill-formed string)."""
+    env = DocQAEnv(**SMALL, max_action_chars=200)
+    env.reset(seed=0)
+    assert env.search_request("<search>" + "x " * 150 + "</search>") is None
+    request = env.search_request("<search>capital \ud800 of \udfff</search>")
+    assert request is not None and request.query == "capital \ufffd of \ufffd"
+    env.prefetch(request.query, [])
+    obs, *_, info = env.step("<search>capital \ud800 of \udfff</search>")
+    assert info["num_searches"] == 1 and "Doc 1(" not in obs  # the prefetched (empty) hits

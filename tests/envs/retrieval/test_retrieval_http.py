@@ -259,3 +259,28 @@ def test_passages_with_lone_surrogates_reach_the_agent_as_u_fffd():
     finally:
         foreign.shutdown()
         foreign.server_close()
+
+
+class _DeepHandler(_ForeignHandler):
+    """A server that answers 400 KB of nested JSON arrays."""
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        body = b"[" * 200_000 + b"]" * 200_000
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def test_an_answer_nested_too_deeply_is_a_value_error_not_a_recursion_error():
+    foreign = ThreadingHTTPServer(("127.0.0.1", 0), _DeepHandler)
+    thread = threading.Thread(target=foreign.serve_forever, daemon=True)
+    thread.start()
+    try:
+        client = HTTPRetriever(f"http://127.0.0.1:{foreign.server_address[1]}")
+        with pytest.raises(ValueError, match="nested too deeply"):
+            client.retrieve(["a"], 3)
+    finally:
+        foreign.shutdown()
+        foreign.server_close()

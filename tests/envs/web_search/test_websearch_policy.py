@@ -8,10 +8,11 @@ import socket
 import pytest
 from websearch_helpers import FAST_FETCH, LOCAL_ONLY, WITH_DENIED_TARGETS
 
+from memrl.envs.web_search.cache import WebCache
 from memrl.envs.web_search.client import WebClient
 from memrl.envs.web_search.config import CacheConfig, SafetyConfig, SearchConfig
 from memrl.envs.web_search.httpclient import HttpClient, HttpError
-from memrl.envs.web_search.policy import HostRateLimiter, UrlDenied, UrlPolicy
+from memrl.envs.web_search.policy import HostRateLimiter, UrlDenied, UrlPolicy, normalize_host
 from memrl.envs.web_search.proxy import BLOCKED_HEADER, SafetyProxy
 
 
@@ -55,7 +56,7 @@ def test_deny_list_wins_and_wildcards_match_subdomains():
         ("fe80::1", "link-local"),
         ("::ffff:10.0.0.1", "private"),
         ("0.0.0.0", "unspecified"),
-        ("100.64.0.1", "non-global"),
+        ("100.64.0.1", "shared"),
     ],
 )
 def test_non_global_addresses_denied_by_default(address, kind):
@@ -266,3 +267,196 @@ def test_http_client_reports_a_redirect_to_a_malformed_url(site):
     client = HttpClient(UrlPolicy(LOCAL_ONLY), timeout_s=5, max_bytes=1_000_000)
     with pytest.raises(HttpError, match="redirects to a malformed URL"):
         client.request("GET", site.url + "/redirect-malformed")
+
+
+@pytest.mark.parametrize(
+    "address, kind",
+    [
+        ("192.0.0.192", "IETF protocol assignment"),  # a cloud's metadata address
+        ("192.0.0.9", "IETF protocol assignment"),  # anycast inside the block: denied with it
+        ("192.0.2.10", "documentation"),
+        ("198.18.0.1", "benchmarking"),
+        ("192.88.99.1", "6to4 relay"),
+        ("0.1.2.3", "this-network"),
+        ("240.0.0.1", "reserved"),
+        ("255.255.255.255", "broadcast"),
+        ("224.0.0.251", "multicast"),
+        ("::ffff:192.0.0.192", "IETF protocol assignment address 192.0.0.192"),
+        ("64:ff9b::c000:c0", "NAT64 .* IETF protocol assignment IPv4 address 192.0.0.192"),
+        ("2002:c000:c0::1", "6to4 .* IETF protocol assignment IPv4 address 192.0.0.192"),
+        ("2001::1", "IETF protocol assignment"),  # Teredo
+        ("2001:db8::1", "documentation"),
+        ("3fff::1", "documentation"),
+        ("100::1", "discard-only"),
+        ("5f00::1", "segment-routing"),
+        ("fc00::1", "unique-local"),
+        ("ff02::1", "multicast"),
+        ("4000::1", "reserved"),  # outside 2000::/3, the global unicast block
+    ],
+)
+def test_special_purpose_addresses_are_denied_by_the_policys_own_table(address, kind):
+    """The IANA special-purpose registries, whatever this Python's ``ipaddress`` thinks is
+    global (3.11.7 lets 192.0.0.0/24 through), on the whole path of a URL with a literal."""
+    policy = UrlPolicy(SafetyConfig())
+    host = f"[{address}]" if ":" in address else address
+    name, port = policy.check_url(f"http://{host}/latest/meta-data/")
+    with pytest.raises(UrlDenied, match=kind):
+        policy.resolve(name, port)
+
+
+@pytest.mark.parametrize(
+    "address",
+    ["8.8.8.8", "1.1.1.1", "192.31.196.1", "2606:4700:4700::1111", "64:ff9b::808:808"],
+)
+def test_global_addresses_pass_the_table(address):
+    UrlPolicy(SafetyConfig()).check_address("h", address)
+
+
+DENIED = SafetyConfig(
+    allow_hosts=("*.allowed.example", "denied.example"), deny_hosts=("denied.example",)
+)
+"""The deny list names denied.example; only the allow list would let it through."""
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    [
+        "DENIED.example",
+        "denied.example.",
+        "den\u00adied.example",  # soft hyphen
+        "deni\u200bed.example",  # zero-width space
+        "de\u2060nied.example",  # word joiner
+        "\ufeffdenied.example",  # zero-width no-break space
+        "\uff44\uff45\uff4e\uff49\uff45\uff44.example",  # fullwidth letters
+        "denied\u3002example",  # ideographic full stop
+    ],
+)
+def test_host_lists_see_the_name_that_dns_resolves(spelling):
+    """Every spelling that IDNA maps to denied.example is denied.example for the lists, in a URL
+    and as a bare host (the proxy's CONNECT path), before any DNS lookup."""
+    policy = UrlPolicy(DENIED)
+    with pytest.raises(UrlDenied, match="'denied.example' is on the deny list"):
+        policy.check_url(f"http://{spelling}/x")
+    with pytest.raises(UrlDenied, match="'denied.example' is on the deny list"):
+        policy.resolve(spelling, 443)
+
+
+@pytest.mark.parametrize(
+    "host", ["denied.example\x00.allowed.example", "a\tb.allowed.example", "a b.allowed.example"]
+)
+def test_hosts_with_control_characters_or_spaces_are_refused(host):
+    # A resolver stops at the NUL: the lists would see *.allowed.example, DNS denied.example.
+    with pytest.raises(UrlDenied, match="control character or a space"):
+        UrlPolicy(DENIED).resolve(host, 443)
+
+
+def test_normalized_hosts_and_patterns():
+    assert normalize_host("B\u00fccher.Example.") == "xn--bcher-kva.example"
+    assert normalize_host("\uff11\uff12\uff17.0.0.1") == "127.0.0.1"  # fullwidth digits
+    assert normalize_host("0:0::1") == "::1"
+    assert normalize_host("under_score.example") == "under_score.example"
+    for bad in ("", "a..b", "-" * 64 + ".example", "a\ud800b.example", "x%41.example"):
+        with pytest.raises(UrlDenied):
+            normalize_host(bad)
+    policy = UrlPolicy(SafetyConfig(allow_hosts=("B\u00fccher.example",)))
+    assert policy.check_url("http://xn--bcher-kva.example/")[0] == "xn--bcher-kva.example"
+    assert policy.check_url("http://B\u00dcCHER.example/")[0] == "xn--bcher-kva.example"
+    with pytest.raises(ValueError, match="safety.deny_hosts has 'a b.example'"):
+        UrlPolicy(SafetyConfig(deny_hosts=("a b.example",)))
+
+
+def test_http_client_redirects_to_odd_locations_end_in_its_own_errors(site):
+    """A redirect to a path with a raw Latin-1 byte is followed (percent-encoded, the byte kept);
+    one to a host with a NUL is refused by the policy: no UnicodeEncodeError or InvalidURL."""
+    client = HttpClient(UrlPolicy(LOCAL_ONLY), timeout_s=5, max_bytes=1_000_000)
+    assert client.request("GET", site.url + "/redirect-latin1").status == 404
+    assert site.hits["/caf%E9%20au%20lait"] >= 1
+    with pytest.raises(UrlDenied, match="control character"):
+        client.request("GET", site.url + "/redirect-nul-host")
+
+
+def _raw_answer(proxy: SafetyProxy, request: bytes) -> tuple[bytes, bytes]:
+    """Status line and body of the proxy's answer to raw request bytes."""
+    host, port = proxy.address.split(":")
+    data = b""
+    with socket.create_connection((host, int(port)), timeout=20) as sock:
+        sock.sendall(request)
+        while chunk := sock.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    return head.split(b"\r\n")[0], body
+
+
+@pytest.mark.parametrize(
+    "request_line, reason",
+    [
+        (b"GET http://den\xc2\xadied.example/ HTTP/1.1", b"deny list"),
+        (b"GET http://DEN\xef\xbc\xa9ED.example/ HTTP/1.1", b"deny list"),  # fullwidth I
+        (b"CONNECT den\xc2\xadied.example:443 HTTP/1.1", b"deny list"),
+        (b"CONNECT de\xe2\x80\x8bnied.example:443 HTTP/1.1", b"deny list"),
+        (b"CONNECT denied.example\x00.allowed.example:443 HTTP/1.1", b"control character"),
+        (b"GET http://denied.example%00.allowed.example/ HTTP/1.1", b"not a valid host"),
+    ],
+)
+def test_raw_proxy_requests_are_judged_on_the_normalized_host(request_line, reason):
+    proxy = SafetyProxy(UrlPolicy(DENIED), max_bytes=1000, timeout_s=5)
+    try:
+        status, body = _raw_answer(proxy, request_line + b"\r\nHost: x\r\n\r\n")
+        assert b" 403 " in status and reason in body, (status, body)
+    finally:
+        proxy.close()
+
+
+def test_proxy_forwards_a_raw_latin1_path_percent_encoded(site):
+    proxy = SafetyProxy(UrlPolicy(LOCAL_ONLY), max_bytes=100_000, timeout_s=5)
+    try:
+        request = f"GET {site.url}/d\xe9j\xe0 HTTP/1.1\r\nHost: x\r\n\r\n".encode("latin-1")
+        status, _ = _raw_answer(proxy, request)
+        assert b" 404 " in status and site.hits["/d%E9j%E0"] == 1
+    finally:
+        proxy.close()
+
+
+def test_proxy_sends_the_vetted_host_upstream_not_the_clients_host_header(site):
+    proxy = SafetyProxy(UrlPolicy(LOCAL_ONLY), max_bytes=1000, timeout_s=5)
+    try:
+        request = f"GET {site.url}/echo-host HTTP/1.1\r\nHost: denied.example\r\n\r\n"
+        status, body = _raw_answer(proxy, request.encode())
+        assert b" 200 " in status and body.decode() == site.url.removeprefix("http://")
+    finally:
+        proxy.close()
+
+
+def test_search_results_with_lone_surrogates_are_cleaned_and_cached(site, tmp_path):
+    search = SearchConfig(backend="searxng_json", options={"url": site.url + "/api/odd"})
+    cache = CacheConfig(mode="readwrite", path=str(tmp_path))
+    client = WebClient(safety=LOCAL_ONLY, fetch=FAST_FETCH, cache=cache, search=search)
+    try:
+        first = client.search("odd \ud800 query")
+        assert not first.error, first.error
+        result = first.results[0]
+        assert result.title == "Broken \ufffd title" and "\ufffd" in result.snippet
+        again = client.search("odd \ud800 query")
+        assert again.cached and again.results == first.results
+    finally:
+        client.close()
+
+
+def test_web_cache_round_trips_any_string(tmp_path):
+    cache = WebCache(CacheConfig(mode="readwrite", path=str(tmp_path)))
+    try:
+        request = {"kind": "page", "url": "http://a.example/\udc80"}
+        cache.put(request, {"text": "x \ud800 y"})
+        assert cache.get(request) == {"text": "x \ud800 y"}
+    finally:
+        cache.close()
+
+
+def test_a_deeply_nested_json_answer_is_a_search_error(site, tmp_path):
+    search = SearchConfig(backend="searxng_json", options={"url": site.url + "/api/deep"})
+    client = WebClient(safety=LOCAL_ONLY, fetch=FAST_FETCH, search=search)
+    try:
+        outcome = client.search("anything")
+        assert not outcome.results and "nested too deeply" in outcome.error
+    finally:
+        client.close()

@@ -137,3 +137,28 @@ def test_packed_exact_shares_what_is_equal_and_copies_what_differs():
     assert mask[gen2, second] and not mask[gen2, first]  # turn 2 sees the re-encoded copy
     assert not mask[second, ids.index(50)]  # which, like at rollout, did not see obs_0
     assert sorted(u.input_ids[u.loss_mask].tolist()) == sorted(i for t in turns for i in t.gen_ids)
+
+
+@pytest.mark.parametrize("name", ["mem1", "last_k", "full"])
+def test_packed_exact_shows_each_turn_its_rollout_context_with_scratch_spans(name):
+    """Every generated token of packed_exact sees exactly what it saw at rollout: the ids
+    ``context_ids`` gives for its turn (kept state, never an earlier turn's scratch span under the
+    pruning policies), then its own turn's earlier tokens, at positions 0, 1, 2, ... (none
+    repeated). Turn 0 and turn 2 have scratch spans and later turns follow them."""
+    turns = episode(4)
+    turns[0].scratch, turns[2].scratch = (0, 1), (1, 3)
+    pol = ContextPolicy(name, k=2)
+    u = packed_exact_unit(pol, PROMPT, turns)
+    mask = dense_mask(u.seg, u.vis)
+    loss = np.nonzero(u.loss_mask)[0]
+    for j, turn in enumerate(turns):
+        ctx = context_ids(pol, PROMPT, turns, j)
+        if name != "full" and j > 0:
+            hidden = turns[j - 1].gen_ids[slice(*turns[j - 1].scratch or (0, 0))]
+            assert not set(hidden) & set(ctx)  # the case under test: a span was dropped
+        first = sum(len(t.gen_ids) for t in turns[:j])
+        for i, q in enumerate(loss[first : first + len(turn.gen_ids)]):
+            seen = np.nonzero(mask[q])[0]
+            assert u.input_ids[seen].tolist() == ctx + turn.gen_ids[: i + 1], (j, i)
+            assert u.position_ids[seen].tolist() == list(range(len(ctx) + i + 1)), (j, i)
+        np.testing.assert_allclose(u.behaviour_logp[loss[first : first + 3]], turn.logps)

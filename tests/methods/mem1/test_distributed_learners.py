@@ -1,12 +1,16 @@
-"""Two learners on a real local Ray (gloo on the CPU) against one learner on the same minibatch:
-DDP (every learner holds the model) and FSDP2 (the model sharded over the learners) must give the
-same loss, the same gradients and the same weights after the step."""
+"""Two learners against one learner on the same minibatch: DDP (every learner holds the model)
+and FSDP2 (the model sharded over the learners) must give the same loss, the same gradients and
+the same weights after the step.
+
+The gradients of two DDP learners are checked in two forked gloo processes without Ray (fast);
+DDP and FSDP through RLlib's learner group on a real local Ray are the slow tests."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
+import torch.multiprocessing as mp
 from ray.rllib.core import COMPONENT_LEARNER, COMPONENT_RL_MODULE, DEFAULT_MODULE_ID
 
 from memrl.envs.text import text_space
@@ -15,8 +19,6 @@ from memrl.methods.mem1.algorithm import learner_batches, merge_scores
 from memrl.methods.mem1.batch import build_rows
 from memrl.methods.mem1.context import ContextPolicy, Turn
 from memrl.methods.mem1.rollout import TextEpisode
-
-pytestmark = pytest.mark.slow
 
 LR = 1e-3
 KEYS = ("input_ids", "position_ids", "seg", "vis", "loss_mask", "old_logp", "advantages",
@@ -61,6 +63,55 @@ def _minibatch(learner) -> dict[str, np.ndarray]:
     return {k: cols[k] for k in KEYS}
 
 
+def _ddp_learner(rank: int, init_file: str, out_dir: str, build, shards) -> None:
+    """One of two DDP learners (a forked process): its shard's update, then its gradients."""
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
+    try:
+        learner = build()
+        assert isinstance(
+            learner.module[DEFAULT_MODULE_ID], torch.nn.parallel.DistributedDataParallel
+        )
+        learner.update(batch=shards[rank])
+        named = learner._policy().named_parameters()
+        grads = {n: p.grad.clone() for n, p in named if p.grad is not None}
+        torch.save(grads, f"{out_dir}/{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_ddp_learners_average_to_the_gradient_of_the_whole_minibatch(mem1_config, tmp_path):
+    """Each DDP learner weights its shard's loss so that DDP's average over learners is the
+    gradient of the token-mean over the whole minibatch: the gradients one learner gets on all
+    of it, compared before any optimizer state can hide a scale (AdamW's first step hardly
+    depends on it)."""
+    spaces = {DEFAULT_MODULE_ID: (text_space(), text_space())}
+    kw = {"algorithm": "ppo", "lr": LR, "grad_clip": 1e9, "micro_batch_tokens": 40}
+    one = mem1_config(**kw).build_learner(spaces=spaces)
+    rows = _minibatch(one)
+    shards = learner_batches(rows, 2)["batches"]
+    tokens = [int(b.policy_batches[DEFAULT_MODULE_ID]["loss_mask"].sum()) for b in shards]
+    assert tokens[0] != tokens[1]  # unequal shards: the token normalizer matters
+
+    def build():
+        resources = {"num_learners": 2, "num_cpus_per_learner": 1}
+        return mem1_config(resources=resources, **kw).build_learner(spaces=spaces)
+
+    # Forked, the two processes start with torch, RLlib and the test's batch already in memory.
+    args = (str(tmp_path / "init"), str(tmp_path), build, shards)
+    mp.start_processes(_ddp_learner, args=args, nprocs=2, join=True, start_method="fork")
+    one.update(**learner_batches(rows, 1))
+    want = {n: p.grad for n, p in one._policy().named_parameters() if p.grad is not None}
+    for rank in (0, 1):
+        got = torch.load(tmp_path / f"{rank}.pt")
+        assert got.keys() == want.keys()
+        for name, grad in want.items():
+            torch.testing.assert_close(got[name], grad, rtol=1e-4, atol=1e-7)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("fsdp", [False, True], ids=["ddp", "fsdp"])
 def test_two_learners_step_like_one(local_ray, mem1_config, fsdp):
     # Defined here so that Ray ships it by value: learner processes cannot import this module.

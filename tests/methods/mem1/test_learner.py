@@ -198,6 +198,25 @@ def test_grpo_without_kl_or_recomputed_logps_scores_nothing(mem1_config):
         assert len(calls) == scoring_calls, (kl, recompute)
 
 
+def test_reference_log_probs_come_from_the_frozen_reference(make_learner):
+    """Once the policy has moved away from its reference, ``score_rows`` reads the current
+    log-probs from the policy and the reference log-probs from the reference as it was built."""
+    learner = make_learner(algorithm="ppo")
+    policy = learner._policy()
+    cols = build_rows(
+        _episodes(policy.lm.config.vocab_size), ContextPolicy("mem1"), "per_turn", 40, pad_id=0
+    )
+    before = learner.score_rows(cols, token_budget=10_000)
+    torch.manual_seed(3)
+    with torch.no_grad():
+        for p in policy.lm.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    after = learner.score_rows(cols, token_budget=10_000)
+    mask = cols["loss_mask"]
+    assert np.abs(after["logp"] - before["logp"])[mask].mean() > 1e-2  # the policy moved
+    np.testing.assert_allclose(after["ref_logp"], before["logp"], atol=1e-5)
+
+
 def test_reference_is_refreshed_in_place(make_learner):
     learner = make_learner(algorithm="grpo", group_size=2)
     ref = learner._reference

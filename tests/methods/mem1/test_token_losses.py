@@ -8,12 +8,13 @@ import torch
 
 from memrl.methods.mem1.batch import (
     collate,
+    episode_units,
     group_normalized,
     last_token_of_episode,
     pack_rows,
     token_returns,
 )
-from memrl.methods.mem1.context import ContextPolicy, Turn, per_turn_units
+from memrl.methods.mem1.context import ContextPolicy, Turn, dense_mask, per_turn_units
 from memrl.methods.mem1.losses import (
     clipped_pg_loss,
     clipped_value_loss,
@@ -23,6 +24,7 @@ from memrl.methods.mem1.losses import (
     rl_loss,
     sft_loss,
 )
+from memrl.methods.mem1.rollout import TextEpisode
 
 
 def test_clipped_pg_loss_by_hand():
@@ -45,6 +47,18 @@ def test_clipped_value_loss_by_hand():
     loss, _ = clipped_value_loss(values, old, returns, mask, clip=0.5)
     # token 0: unclipped (2-1)^2 = 1, clipped (0.5-1)^2 = .25 -> 1; token 1: 9 and 9 -> 9
     assert loss.item() == pytest.approx(0.5 * (1 + 9) / 2)
+
+
+def test_value_clip_is_around_the_old_values():
+    values = torch.tensor([[3.0, -1.0]])
+    old = torch.tensor([[2.0, 1.0]])
+    returns = torch.tensor([[3.5, 0.0]])
+    mask = torch.tensor([[True, True]])
+    loss, stats = clipped_value_loss(values, old, returns, mask, clip=0.5)
+    # token 0: unclipped (3-3.5)^2 = .25, clipped to 2.5: (2.5-3.5)^2 = 1 -> 1;
+    # token 1: unclipped (-1-0)^2 = 1, clipped to 0.5: .25 -> 1
+    assert loss.item() == pytest.approx(0.5 * (1 + 1) / 2)
+    assert stats["vf_clipfrac"].item() == pytest.approx(0.5)
 
 
 def test_losses_ignore_unmasked_tokens_entirely():
@@ -124,6 +138,30 @@ def test_rows_pack_without_overflowing():
     for row in rows:
         assert sum(len(units[i][1]) for i in row) <= 20 or len(row) == 1
     assert sorted(i for row in rows for i in row) == list(range(len(units)))
+
+
+@pytest.mark.parametrize("mode", ["packed", "packed_exact"])
+def test_packed_rows_keep_each_units_attention_mask(mode):
+    """Several multi-segment units in one row: inside each unit the row's mask is the unit's
+    own (causal and segment-visible, scratch spans hidden from later turns); across units,
+    nothing."""
+    episodes = []
+    for e in range(3):
+        turns = [Turn(gen_ids=[10 + t, 11 + t, 12 + t], obs_ids=[50 + t]) for t in range(3)]
+        turns[0].scratch = (0, 1)
+        turns[-1].obs_ids = []
+        episodes.append(TextEpisode(f"t{e}", "g", [1, 2 + e], turns))
+    units = episode_units(episodes, ContextPolicy("mem1"), mode)
+    cols = collate(units, [list(range(len(units)))], pad_id=0)
+    row = dense_mask(cols["seg"][0], cols["vis"][0])
+    start = 0
+    for _, u in units:
+        n = len(u)
+        own = dense_mask(u.seg, u.vis)
+        assert not np.array_equal(own, np.tril(np.ones((n, n), dtype=bool)))  # not plain causal
+        np.testing.assert_array_equal(row[start : start + n, start : start + n], own)
+        assert not row[start : start + n, :start].any()
+        start += n
 
 
 def _loss_batch():

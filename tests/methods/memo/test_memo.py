@@ -93,6 +93,59 @@ def test_envs_at_different_steps_share_one_batched_cache():
     assert (torch.stack(outs[1][11:]) - ref1).abs().max() <= 1e-4
 
 
+def test_rope_scores_depend_on_relative_positions_only():
+    """RoPE rotates each pair of a head's dimensions by its position's angle: norms are kept,
+    position 0 is the identity, and a query-key score depends only on their distance."""
+    from memrl.methods.memo.layers import rotate
+
+    net = _net(mode="memo")
+    q, k = torch.randn(2, net.cfg.head_dim)
+
+    def at(x: torch.Tensor, pos: int) -> torch.Tensor:
+        return rotate(x, *net._rope(pos, 1, pos + 1)).flatten()
+
+    torch.testing.assert_close(at(q, 0), q)
+    torch.testing.assert_close(at(q, 37).norm(), q.norm())
+    score = at(q, 3) @ at(k, 1)
+    torch.testing.assert_close(at(q, 50) @ at(k, 48), score, atol=1e-5, rtol=1e-5)
+    assert (at(q, 5) @ at(k, 1) - score).abs() > 1e-3  # another distance, another score
+
+
+def test_segment_view_holds_each_rows_current_segment_after_its_summaries():
+    """``seg_kv`` of rows holding different numbers of summaries (6, 4 and 2 tokens) and segment
+    steps: the first layer's K and V of exactly the steps of each row's current segment, K rotated
+    to positions n_sum, n_sum + 1, ... The first layer's K/V depend on a step's token and
+    position only, so they are worked out here from the weights, not read from the cache."""
+    import torch.nn.functional as F
+
+    from memrl.methods.memo.layers import rotate
+
+    net = _net(mode="memo")
+    cfg = net.cfg
+    offsets, T = (0, 5, 14), 27
+    x = torch.randn(len(offsets), T, 32)
+    cache = net.init_cache(batch_size=len(offsets))
+    for t in range(T):
+        starting = [b for b, o in enumerate(offsets) if o == t and t > 0]
+        if starting:
+            net.reset_cache(cache, torch.tensor(starting))
+        _, cache = net.step(x[:, t], cache)
+    assert cache.n_sum.tolist() == [6, 4, 2] and cache.seg_len.tolist() == [3, 6, 5]
+    block, (H, hd) = net.blocks[0], (cfg.n_heads, cfg.head_dim)
+    view = cache.seg_kv  # (n_layers, 2, B, H, S, hd)
+    assert view.shape[4] == 6
+    for b in range(len(offsets)):
+        n, s = int(cache.n_sum[b]), int(cache.seg_len[b])
+        steps = x[b : b + 1, T - s :]  # (1, s, d): the current segment
+        a = F.rms_norm(steps, (cfg.d_model,), block.attn_norm.weight, cfg.norm_eps)
+        qkv = F.linear(a, block.attn.qkv.weight).view(1, s, 3, H, hd)
+        cos, sin = net._rope(n, s, n + s)
+        k = rotate(qkv[:, :, 1], cos[:, :, 0], sin[:, :, 0])[0].transpose(0, 1)  # (H, s, hd)
+        v = qkv[0, :, 2].transpose(0, 1)
+        torch.testing.assert_close(view[0, 0, b, :, :s], k, atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(view[0, 1, b, :, :s], v, atol=1e-5, rtol=1e-4)
+
+
 @pytest.mark.parametrize("mode", ["memo", "rmt", "fct", "memo-capped", "fct-window"])
 def test_cache_tokens_are_bounded_and_bytes_follow(mode):
     kw = {

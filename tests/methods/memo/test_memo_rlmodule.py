@@ -144,6 +144,34 @@ def test_learner_rows_start_at_the_trial_and_mask_only_new_steps(value_norm):
         assert (float(mean), float(std)) == (0.0, 1.0)
 
 
+def test_advantages_are_standardized_over_the_loss_steps_only():
+    """Rows of 12, 7 and 3 new steps, one after a 6-step lookback: on the loss mask the
+    advantages have mean 0 and std 1; the lookback steps and the padding hold exactly 0 (so
+    neither can enter the statistics unnoticed)."""
+    rng = np.random.default_rng(4)
+    chunk = _episode(6, rng).cut(len_lookback_buffer=50)
+    for _ in range(12):
+        chunk.add_env_step(
+            observation=rng.normal(size=5).astype(np.float32),
+            action=int(rng.integers(3)),
+            reward=float(rng.normal() + 2.0),
+            extra_model_outputs={
+                Columns.ACTION_LOGP: np.float32(-1.1),
+                Columns.ACTION_DIST_INPUTS: np.zeros(3, np.float32),
+            },
+        )
+    episodes = [chunk.to_numpy(), _episode(7, rng).to_numpy(), _episode(3, rng).to_numpy()]
+    data = MemoTrialBatch(gamma=0.9, lambda_=0.8)(
+        rl_module=_module(0), batch={}, episodes=episodes
+    )["default_policy"]
+    adv = data["advantages"].numpy()
+    mask = data[Columns.LOSS_MASK].numpy()
+    assert mask.sum(1).tolist() == [12, 7, 3] and not mask[0, :6].any()
+    assert adv[mask].mean() == pytest.approx(0.0, abs=1e-5)
+    assert adv[mask].std() == pytest.approx(1.0, rel=1e-4)
+    assert not adv[~mask].any()
+
+
 def test_learner_rejects_chunks_without_their_trial_start():
     rng = np.random.default_rng(2)
     second = _episode(6, rng).cut(len_lookback_buffer=2)

@@ -1,0 +1,565 @@
+"""Breaks the core math of Memo and MEM1 on purpose, one line at a time, and checks that the fast
+tests notice each breakage.
+
+Every entry of ``CATALOGUE`` is a plausible single-line bug: a sign, an offset, a mask, a
+normalization, a statistic taken over the wrong set. For each one, the line is replaced in a
+scratch copy of the repository (the working tree, untracked files included, never the checkout
+itself) and the method's fast tests run there (``-m "not slow and not gpu"``, stopping at the first
+failure). A breakage is *caught* when a test fails (or the run hangs past ``--timeout``) and
+*survives* when every test passes: then some behaviour of the core math has no test, and a
+person could ship that bug. Before the first breakage the same tests run unbroken, so a failure
+that has nothing to do with a breakage cannot pass for a catch.
+
+    make mutate                                  # the whole catalogue, 10-15 minutes on 2 cores
+    .venv/bin/python scripts/mutate.py --only memo-kl-sign --only mem1-ddp-scale
+    .venv/bin/python scripts/mutate.py --list    # the catalogue, without running anything
+
+Prints one line per breakage (caught or survived, the first failing test, seconds) and a count.
+Exit code: 0 when every breakage was caught, 1 when one survived, 2 for a usage error or a
+baseline that fails (see docs/testing.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+MEM1_TESTS = ("tests/methods/mem1",)
+MEMO_TESTS = ("tests/methods/memo",)
+FAST = "not slow and not gpu"
+
+
+@dataclass(frozen=True)
+class Breakage:
+    """One single-line bug: ``line`` (the exact text, occurring once in ``path``) becomes
+    ``broken``, and ``tests`` must notice."""
+
+    name: str
+    """Short id (``--only NAME``)."""
+    path: str
+    """File, relative to the repository root."""
+    line: str
+    """Text of the correct line, without its indentation."""
+    broken: str
+    """What the line becomes."""
+    tests: tuple[str, ...]
+    """Test files or folders to run."""
+    behaviour: str
+    """The behaviour the breakage violates."""
+    nth: int | None = None
+    """Which occurrence of ``line`` to break (1: the first), for a line the file holds more than
+    once; None: the line must occur exactly once."""
+
+
+def _mem1(name: str, file: str, line: str, broken: str, behaviour: str) -> Breakage:
+    return Breakage(name, f"memrl/methods/mem1/{file}", line, broken, MEM1_TESTS, behaviour)
+
+
+def _memo(
+    name: str, file: str, line: str, broken: str, behaviour: str, nth: int | None = None
+) -> Breakage:
+    return Breakage(name, f"memrl/methods/memo/{file}", line, broken, MEMO_TESTS, behaviour, nth)
+
+
+CATALOGUE: tuple[Breakage, ...] = (
+    # --- MEM1: token losses -----------------------------------------------------------------
+    _mem1(
+        "mem1-mean-over-padding",
+        "losses.py",
+        "denom = mask.sum().clamp(min=1.0) if num_tokens is None else num_tokens",
+        "denom = mask.numel() if num_tokens is None else num_tokens",
+        "token means divide by the loss tokens, not by every position",
+    ),
+    _mem1(
+        "mem1-pg-min",
+        "losses.py",
+        "pg_loss = masked_mean(torch.maximum(pg_losses, pg_losses_clipped), mask, num_tokens)",
+        "pg_loss = masked_mean(torch.minimum(pg_losses, pg_losses_clipped), mask, num_tokens)",
+        "PPO's surrogate takes the pessimistic (clipped) branch",
+    ),
+    _mem1(
+        "mem1-ratio-inverted",
+        "losses.py",
+        "log_ratio = logp - old_logp",
+        "log_ratio = old_logp - logp",
+        "the ratio is pi / pi_old",
+    ),
+    _mem1(
+        "mem1-value-clip-around-zero",
+        "losses.py",
+        "v_clipped = old_values + torch.clamp(values - old_values, -clip, clip)",
+        "v_clipped = torch.clamp(values, -clip, clip)",
+        "the value clip is around the old values",
+    ),
+    _mem1(
+        "mem1-k3-direction",
+        "losses.py",
+        "d = torch.clamp(ref_logp - logp, -20.0, 20.0)",
+        "d = torch.clamp(logp - ref_logp, -20.0, 20.0)",
+        "GRPO's k3 estimates KL(pi || pi_ref)",
+    ),
+    _mem1(
+        "mem1-grpo-kl-sign",
+        "losses.py",
+        "loss = pg_loss + kl_coef * kl_loss",
+        "loss = pg_loss - kl_coef * kl_loss",
+        "GRPO's KL term is a penalty",
+    ),
+    _mem1(
+        "mem1-vf-coeff-dropped",
+        "losses.py",
+        "loss = pg_loss + vf_loss_coeff * v_loss",
+        "loss = pg_loss + v_loss",
+        "PPO's value loss is weighted by vf_loss_coeff",
+    ),
+    # --- MEM1: advantages -------------------------------------------------------------------
+    _mem1(
+        "mem1-kl-reward-sign",
+        "advantages.py",
+        "token_rewards = -kl_coef * kl",
+        "token_rewards = kl_coef * kl",
+        "PPO's token reward penalizes the KL to the reference",
+    ),
+    _mem1(
+        "mem1-no-baseline",
+        "advantages.py",
+        'advantages = (returns - scored["values"]) * mask',
+        "advantages = returns * mask",
+        "PPO's advantages are returns minus the critic's values",
+    ),
+    _mem1(
+        "mem1-whiten-no-centre",
+        "advantages.py",
+        "advantages[mask] = (a - a.mean()) / (a.std() + 1e-8)",
+        "advantages[mask] = a / (a.std() + 1e-8)",
+        "whitened advantages have mean 0 on the loss tokens",
+    ),
+    _mem1(
+        "mem1-old-logp-swapped",
+        "advantages.py",
+        'cols["old_logp"] = scored["logp"] if recompute_old_logp else cols["behaviour_logp"]',
+        'cols["old_logp"] = cols["behaviour_logp"] if recompute_old_logp else scored["logp"]',
+        "recompute_old_logp takes the ratio's denominator from the scoring pass",
+    ),
+    _mem1(
+        "mem1-last-token-overwritten",
+        "advantages.py",
+        'token_rewards[last] += rewards[cols["episode"][last]]',
+        'token_rewards[last] = rewards[cols["episode"][last]]',
+        "the outcome adds to the last token's KL reward",
+    ),
+    _mem1(
+        "mem1-grpo-raw-rewards",
+        "advantages.py",
+        'cols["advantages"] = np.where(mask, adv[ep_index], 0.0).astype(np.float32)',
+        'cols["advantages"] = np.where(mask, rewards[ep_index], 0.0).astype(np.float32)',
+        "GRPO's advantages are group-normalized outcomes",
+    ),
+    # --- MEM1: rows and batching ------------------------------------------------------------
+    _mem1(
+        "mem1-returns-forward",
+        "batch.py",
+        "idx = np.lexsort((-order, ep))",
+        "idx = np.lexsort((order, ep))",
+        "returns are reward-to-go (summed from the end of the episode)",
+    ),
+    _mem1(
+        "mem1-last-token-of-batch",
+        "batch.py",
+        "out[mask] = order[mask] == last[ep[mask]]",
+        "out[mask] = order[mask] == last.max()",
+        "each episode's outcome lands on its own last generated token",
+    ),
+    _mem1(
+        "mem1-group-stats-of-batch",
+        "batch.py",
+        "out[idx] = (r - r.mean()) / (r.std() + eps)",
+        "out[idx] = (r - rewards.mean()) / (rewards.std() + eps)",
+        "GRPO normalizes each group by its own statistics",
+    ),
+    _mem1(
+        "mem1-units-share-segments",
+        "batch.py",
+        'cols["seg"][r, sl] = u.seg + seg0',
+        'cols["seg"][r, sl] = u.seg',
+        "units packed in one row never see each other",
+    ),
+    _mem1(
+        "mem1-unit-mask-dropped",
+        "batch.py",
+        'cols["vis"][r, seg0 : seg0 + k, seg0 : seg0 + k] = u.vis',
+        'cols["vis"][r, seg0 : seg0 + k, seg0 : seg0 + k] = True',
+        "a packed row keeps each unit's own attention mask",
+    ),
+    _mem1(
+        "mem1-slice-shortest-row",
+        "batch.py",
+        "t = max(1, int(real.sum(1).max()))",
+        "t = max(1, int(real.sum(1).min()))",
+        "a sub-batch keeps its longest row whole",
+    ),
+    # --- MEM1: context policies and layouts -------------------------------------------------
+    _mem1(
+        "mem1-context-keeps-scratch",
+        "context.py",
+        'return [PROMPT_REF, ("kept", j - 1), ("obs", j - 1)]',
+        'return [PROMPT_REF, ("gen", j - 1), ("obs", j - 1)]',
+        "MEM1's context drops the scratch span of the previous turn",
+    ),
+    _mem1(
+        "mem1-packed-exact-scratch",
+        "context.py",
+        'if ref[0] == "kept" and turns[ref[1]].scratch is None:',
+        'if ref[0] == "kept":',
+        "packed_exact shows a later turn the kept state, not the generated scratch",
+    ),
+    _mem1(
+        "mem1-packed-gen-pieces-apart",
+        "context.py",
+        'vis[p, piece_index[("gen", t)]] = True',
+        "vis[p, p] = True",
+        "the pieces of one turn's generation see each other",
+    ),
+    _mem1(
+        "mem1-token-order-restarts",
+        "context.py",
+        "tok_order[n_ctx:] = np.arange(order, order + n_gen)",
+        "tok_order[n_ctx:] = np.arange(n_gen)",
+        "token order runs over the whole episode, across turns",
+    ),
+    _mem1(
+        "mem1-packed-positions-restart",
+        "context.py",
+        "positions.append(np.arange(ctx_len + offset, ctx_len + offset + n))",
+        "positions.append(np.arange(offset, offset + n))",
+        "generated tokens keep their rollout positions in packed rows",
+    ),
+    # --- MEM1: learner ----------------------------------------------------------------------
+    _mem1(
+        "mem1-reference-is-policy",
+        "learner.py",
+        'found["ref_logp"] = self._reference.score(*args, logp_mask=wanted)["logp"]',
+        'found["ref_logp"] = policy.score(*args, logp_mask=wanted)["logp"]',
+        "reference log-probs come from the frozen reference",
+    ),
+    _mem1(
+        "mem1-ddp-scale",
+        "learner.py",
+        "weight = 0.0 if padding else world * local / max(total, 1.0)",
+        "weight = 0.0 if padding else local / max(total, 1.0)",
+        "with DDP each learner's gradient scale includes the number of learners",
+    ),
+    _mem1(
+        "mem1-micro-batch-own-mean",
+        "learner.py",
+        "loss, stats = self._loss_and_stats(sub, fwd, max(local, 1.0))",
+        "loss, stats = self._loss_and_stats(sub, fwd, None)",
+        "micro-batches add up to the minibatch's token-mean",
+    ),
+    # --- Memo: learner ----------------------------------------------------------------------
+    _memo(
+        "memo-ratio-inverted",
+        "learner.py",
+        "ratio = torch.exp(logp - behaviour_logp)",
+        "ratio = torch.exp(behaviour_logp - logp)",
+        "the ratio is pi / pi_old",
+    ),
+    _memo(
+        "memo-pg-max",
+        "learner.py",
+        "pg_loss = -torch.min(advantages * ratio, advantages * ratio.clamp(1 - clip, 1 + clip))",
+        "pg_loss = -torch.max(advantages * ratio, advantages * ratio.clamp(1 - clip, 1 + clip))",
+        "PPO's surrogate takes the pessimistic (clipped) branch",
+    ),
+    _memo(
+        "memo-vf-unclipped",
+        "learner.py",
+        "vf_loss = vf_err.clamp(max=vf_clip)",
+        "vf_loss = vf_err",
+        "the squared value error is clipped at vf_clip_param",
+    ),
+    _memo(
+        "memo-entropy-sign",
+        "learner.py",
+        "per_step = pg_loss + vf_coeff * vf_loss - entropy_coeff * entropy",
+        "per_step = pg_loss + vf_coeff * vf_loss + entropy_coeff * entropy",
+        "the entropy bonus lowers the loss",
+    ),
+    _memo(
+        "memo-mean-over-padding",
+        "learner.py",
+        "total = (per_step * mask).sum() / mask.sum().clamp(min=1)",
+        "total = per_step.mean()",
+        "the loss averages over the loss steps only",
+    ),
+    _memo(
+        "memo-targets-not-normalized",
+        "learner.py",
+        "module.vf.normalize(targets),",
+        "targets,",
+        "the value loss compares normalized values with normalized targets",
+    ),
+    _memo(
+        "memo-kl-sign",
+        "learner.py",
+        "total = total + self.curr_kl_coeffs_per_module[module_id] * kl",
+        "total = total - self.curr_kl_coeffs_per_module[module_id] * kl",
+        "the KL term adds coefficient x KL",
+    ),
+    _memo(
+        "memo-kl-direction",
+        "learner.py",
+        "kl = masked_mean(prev.kl(curr))",
+        "kl = masked_mean(curr.kl(prev))",
+        "the KL term is KL(stored || current)",
+    ),
+    # --- Memo: trial rows and advantages ----------------------------------------------------
+    _memo(
+        "memo-gae-no-discount",
+        "batch.py",
+        "delta = rewards[t] + gamma * values[t + 1] - values[t]",
+        "delta = rewards[t] + values[t + 1] - values[t]",
+        "the TD error discounts the next value",
+    ),
+    _memo(
+        "memo-gae-no-gamma-in-trace",
+        "batch.py",
+        "last = delta + gamma * lambda_ * last",
+        "last = delta + lambda_ * last",
+        "GAE's trace decays by gamma x lambda",
+    ),
+    _memo(
+        "memo-advantages-over-padding",
+        "batch.py",
+        "adv[mask] = (sel - sel.mean()) / max(float(sel.std()), 1e-4)",
+        "adv[mask] = (sel - adv.mean()) / max(float(adv.std()), 1e-4)",
+        "advantages are standardized over the loss mask only",
+    ),
+    _memo(
+        "memo-targets-without-values",
+        "batch.py",
+        "targets[i, t0 : t0 + n] = a + v[:-1]",
+        "targets[i, t0 : t0 + n] = a",
+        "value targets are advantages plus values",
+    ),
+    _memo(
+        "memo-lookback-in-loss",
+        "batch.py",
+        "mask[i, t0 : t0 + n] = True",
+        "mask[i, : t0 + n] = True",
+        "the loss covers the chunk's new steps, not its lookback",
+    ),
+    _memo(
+        "memo-value-stats-over-padding",
+        "batch.py",
+        "module.vf.update(torch.from_numpy(targets[mask]).to(device))",
+        "module.vf.update(torch.from_numpy(targets).to(device))",
+        "the value statistics move with the loss steps' targets only",
+    ),
+    # --- Memo: cache and attention ----------------------------------------------------------
+    _memo(
+        "memo-segment-view-offset",
+        "cache.py",
+        "idx = torch.as_tensor(self.n_sum[:, None] + np.arange(S), device=self.kv.device)",
+        "idx = torch.as_tensor(np.zeros((B, 1), np.int64) + np.arange(S), device=self.kv.device)",
+        "the per-segment K/V view starts after the row's summaries",
+    ),
+    _memo(
+        "memo-cache-keys-short",
+        "cache.py",
+        "return kb[:, :, : self.keys], vb[:, :, : self.keys]",
+        "return kb[:, :, : self.keys - 1], vb[:, :, : self.keys - 1]",
+        "a cached step attends to every key up to itself",
+    ),
+    _memo(
+        "memo-window-one-wider",
+        "layers.py",
+        "mask &= i[None, :] > i[:, None] - window",
+        "mask &= i[None, :] >= i[:, None] - window",
+        "FCT's window holds the last W steps, the current one included",
+    ),
+    _memo(
+        "memo-summary-slots-blind-to-self",
+        "layers.py",
+        "return j[None] <= (first + ar)[:, None]",
+        "return j[None] < (first + ar)[:, None]",
+        "new tokens in the cache see the keys up to themselves",
+    ),
+    _memo(
+        "memo-attend-unscaled",
+        "layers.py",
+        "s = torch.matmul(q * q.shape[-1] ** -0.5, k.transpose(-1, -2))",
+        "s = torch.matmul(q, k.transpose(-1, -2))",
+        "cached attention scales scores by 1/sqrt(head size)",
+    ),
+    _memo(
+        "memo-rope-halves-unswapped",
+        "layers.py",
+        "swapped = x.unflatten(-1, (2, x.shape[-1] // 2)).flip(-2).flatten(-2)",
+        "swapped = x.unflatten(-1, (2, x.shape[-1] // 2)).flatten(-2)",
+        "RoPE rotates pairs (scores depend on relative positions only)",
+    ),
+    _memo(
+        "memo-summary-positions",
+        "network.py",
+        "cos, sin = self._rope(n + Lg, Ls, keys)",
+        "cos, sin = self._rope(n, Ls, keys)",
+        "summary slots sit after the segment at a segment's end",
+    ),
+    _memo(
+        "memo-evict-newest",
+        "network.py",
+        "mem = mem[:, -cap * cfg.l_sum :]",
+        "mem = mem[:, : cap * cfg.l_sum]",
+        "streaming Memo evicts the oldest summary block",
+        nth=1,  # the training forward (the second is prefill's)
+    ),
+    _memo(
+        "memo-step-position",
+        "network.py",
+        "pos = cache.t if fct else cache.n_sum + cache.seg_len  # (B,) host",
+        "pos = cache.t if fct else cache.seg_len  # (B,) host",
+        "a cached step's token sits after the summaries",
+    ),
+)
+
+
+def scratch_copy(dest: Path) -> None:
+    """The working tree's files (tracked and untracked, not ignored) copied under ``dest``."""
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+        cwd=REPO,
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    for name in filter(None, listed.split("\0")):
+        source = REPO / name
+        if source.is_file():  # a deleted file is still listed until it is staged
+            target = dest / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+
+
+def apply(root: Path, breakage: Breakage) -> str:
+    """Breaks ``breakage.path`` under ``root``; returns the file's correct text."""
+    path = root / breakage.path
+    text = path.read_text()
+    pattern = re.compile(rf"^([ \t]*){re.escape(breakage.line)}[ \t]*$", re.MULTILINE)
+    found = list(pattern.finditer(text))
+    nth = breakage.nth or 1
+    if (breakage.nth is None and len(found) != 1) or len(found) < nth:
+        raise ValueError(
+            f"breakage {breakage.name!r}: the line {breakage.line!r} occurs {len(found)} times "
+            f"in {breakage.path} (expected {'once' if breakage.nth is None else nth}); update "
+            "the catalogue to the code"
+        )
+    match = found[nth - 1]
+    broken = match.group(1) + breakage.broken
+    path.write_text(text[: match.start()] + broken + text[match.end() :])
+    return text
+
+
+def run_tests(root: Path, tests: tuple[str, ...], timeout_s: float) -> tuple[str, str]:
+    """Runs ``tests`` in ``root``; returns (outcome, detail): outcome "passed", "failed" (the
+    first failing test in detail) or "timeout"."""
+    env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
+    env.pop("PYTEST_ADDOPTS", None)
+    command = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-m", FAST]
+    try:
+        done = subprocess.run(
+            [*command, *tests],
+            cwd=root,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
+    except subprocess.TimeoutExpired:
+        return "timeout", f"no result within {timeout_s:g} s"
+    if done.returncode == 0:
+        return "passed", ""
+    failed = re.search(r"^(?:FAILED|ERROR) (\S+)", done.stdout, re.MULTILINE)
+    detail = failed.group(1) if failed else (done.stdout + done.stderr).strip()[-300:]
+    return "failed", detail
+
+
+def check_imports(root: Path) -> None:
+    """The scratch copy's ``memrl`` is the one its tests import (not the editable install)."""
+    probe = subprocess.run(
+        [sys.executable, "-c", "import memrl; print(memrl.__file__)"],
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    where = Path(probe.stdout.strip()).resolve()
+    if root.resolve() not in where.parents:
+        raise RuntimeError(f"the scratch copy imports memrl from {where}, not from {root}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", action="append", metavar="NAME", help="run these breakages")
+    parser.add_argument("--list", action="store_true", help="print the catalogue and exit")
+    parser.add_argument(
+        "--timeout", type=float, default=600.0, help="seconds per test run (default: 600)"
+    )
+    args = parser.parse_args(argv)
+    names = [b.name for b in CATALOGUE]
+    if len(set(names)) != len(names):
+        raise AssertionError("breakage names must be unique")
+    chosen = list(CATALOGUE)
+    if args.only:
+        unknown = sorted(set(args.only) - set(names))
+        if unknown:
+            print(f"error: unknown breakage {unknown}. Available: {names}", file=sys.stderr)
+            return 2
+        chosen = [b for b in CATALOGUE if b.name in args.only]
+    if args.list:
+        for b in chosen:
+            print(f"{b.name:<34} {b.path}: {b.behaviour}")
+        return 0
+
+    with tempfile.TemporaryDirectory(prefix="memrl-mutate-") as tmp:
+        root = Path(tmp)
+        scratch_copy(root)
+        check_imports(root)
+        suites = sorted({b.tests for b in chosen})
+        for tests in suites:
+            outcome, detail = run_tests(root, tests, args.timeout)
+            if outcome != "passed":
+                print(f"error: the unbroken tests {' '.join(tests)} do not pass: {detail}")
+                return 2
+        print(f"{len(chosen)} breakages; unbroken tests pass ({', '.join(map(' '.join, suites))})")
+        survived = []
+        for b in chosen:
+            start = time.monotonic()
+            correct = apply(root, b)
+            try:
+                outcome, detail = run_tests(root, b.tests, args.timeout)
+            finally:
+                (root / b.path).write_text(correct)
+            verdict = "SURVIVED" if outcome == "passed" else "caught"
+            if outcome == "passed":
+                survived.append(b.name)
+                detail = f"no test noticed: {b.behaviour}"
+            seconds = time.monotonic() - start
+            print(f"{verdict:<8} {b.name:<34} {seconds:5.1f}s  {detail}", flush=True)
+    print(f"caught {len(chosen) - len(survived)} of {len(chosen)}; survived {len(survived)}")
+    if survived:
+        print(f"survivors: {', '.join(survived)}")
+    return 1 if survived else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
