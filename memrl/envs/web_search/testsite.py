@@ -283,19 +283,21 @@ class _Server(ThreadingHTTPServer):
 
 
 class LocalSite:
-    """The site on 127.0.0.1 (a free port); use as a context manager or call ``close``."""
+    """The site on 127.0.0.1 (``port``, 0: a free one); use as a context manager or call
+    ``close``."""
 
     def __init__(
         self,
         slow_delay_s: float = 6.0,
         huge_bytes: int = 12_000_000,
         api_key: str = "test-key-0123",
+        port: int = 0,
     ) -> None:
         self.slow_delay_s = slow_delay_s
         self.huge_bytes = huge_bytes
         self.api_key = api_key
         self.hits: Counter[str] = Counter()
-        self._server = _Server(("127.0.0.1", 0), _Handler)
+        self._server = _Server(("127.0.0.1", port), _Handler)
         self._server.site = self
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="memrl-local-site", daemon=True

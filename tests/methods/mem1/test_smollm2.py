@@ -179,6 +179,29 @@ def test_the_env_parses_what_this_tokenizer_decodes(tok, response, kind):
         assert terminated == (kind == "answer")
 
 
+def test_scripted_webshop_turns_are_well_formed_mem1_turns(tok):
+    """The shopper's MEM1 turns, through this tokenizer: the env parses every one (no format
+    penalty), the episodes buy, and each turn's think block is marked as scratch for the
+    context policies to drop."""
+    from memrl.methods.mem1.context import ContextPolicy
+    from memrl.methods.mem1.prompts import PromptSettings
+    from memrl.methods.mem1.warm_start import scripted_episodes
+
+    episodes = scripted_episodes(
+        "memrl/WebShop-v0", {"num_products": 200, "split": "test"}, tok,
+        policy=ContextPolicy("mem1"), prompt=PromptSettings(format="webshop"), episodes=4,
+    )  # fmt: skip
+    for ep in episodes:
+        assert ep.format_errors == 0 and ep.env_reward >= 0, ep.env_reward
+        last = tok.decode(ep.turns[-1].gen_ids)
+        assert last.endswith("<answer>click[buy now]</answer>"), last
+        for turn in ep.turns:
+            a, b = turn.scratch
+            assert tok.decode(turn.gen_ids[a:b]).strip().startswith("<think>")
+            assert "</think>" in tok.decode(turn.gen_ids[a:b])
+    assert np.mean([ep.env_reward for ep in episodes]) > 0
+
+
 # --- warm start, rollout, update -------------------------------------------------------------
 
 PROMPT = {
