@@ -252,6 +252,13 @@ CATALOGUE: tuple[Breakage, ...] = (
         "reference log-probs come from the frozen reference",
     ),
     _mem1(
+        "mem1-logp-temperature",
+        "network.py",
+        "logits = logits / temperature",
+        "logits = logits",
+        "learners score tokens at the sampling temperature",
+    ),
+    _mem1(
         "mem1-ddp-scale",
         "learner.py",
         "weight = 0.0 if padding else world * local / max(total, 1.0)",

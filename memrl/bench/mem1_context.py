@@ -92,6 +92,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="max_turns = this x N + 2 (the scripted agent needs up to 2 per two-hop question)",
     )
     parser.add_argument("--max-tokens-per-turn", type=int, default=256)
+    parser.add_argument(
+        "--compute-dtype",
+        choices=["auto", "float32", "bfloat16"],
+        default=None,
+        help="dtype the model computes in (default: the --config's model.compute_dtype, else "
+        "auto: bfloat16 on cuda, float32 on cpu)",
+    )
     parser.add_argument("--batch", type=int, default=8, help="envs generating together")
     parser.add_argument("--seed", type=int, default=0)
     add_output_arguments(parser, NAME)
@@ -176,7 +183,12 @@ def run(args: argparse.Namespace) -> int:
         prompt = exp.algorithm.prompt
         settings = [dict(exp.env.config)]
     lm = tokenizer = None
+    compute = None
     if args.model != "scripted":
+        from memrl.methods.mem1.network import resolve_compute_dtype
+
+        configured = exp.model.compute_dtype if args.config else "auto"
+        compute = resolve_compute_dtype(args.compute_dtype or configured)
         from memrl.methods.mem1.generation import GenerationSettings, make_backend
         from memrl.methods.mem1.rlmodule import load_policy
 
@@ -210,7 +222,10 @@ def run(args: argparse.Namespace) -> int:
                     backend = ScriptedBackend(tokenizer, prompt, max_turns)
                 else:
                     backend = make_backend(
-                        GenerationSettings(backend="hf", seed=args.seed), lm, tokenizer
+                        GenerationSettings(backend="hf", seed=args.seed),
+                        lm,
+                        tokenizer,
+                        compute_dtype=compute,
                     )
                 episodes = _episodes(args, envs, backend, tokenizer, policy, prompt)
                 mem = [ep.memory_metrics() for ep in episodes]
@@ -233,6 +248,10 @@ def run(args: argparse.Namespace) -> int:
                         "dependency": float(np.mean([m["dependency"] for m in mem])),
                         "seconds": float(np.mean([ep.seconds for ep in episodes])),
                         "em": float(np.mean([ep.info.get("em", 0.0) for ep in episodes])),
+                        "em_se": float(
+                            np.std([ep.info.get("em", 0.0) for ep in episodes])
+                            / np.sqrt(max(1, len(episodes) - 1))
+                        ),
                         "f1": float(np.mean([ep.info.get("f1", 0.0) for ep in episodes])),
                         "turns": float(np.mean([len(ep) for ep in episodes])),
                     }
@@ -262,6 +281,7 @@ def run(args: argparse.Namespace) -> int:
             "dependency",
             "seconds",
             "em",
+            "em_se",
             "f1",
             "turns",
         ],

@@ -48,7 +48,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--paths", nargs="+", choices=PATHS, default=list(PATHS))
     parser.add_argument("--shape", choices=sorted(SHAPES), default="qwen0.5b-2layers")
     parser.add_argument("--micro-batch-tokens", type=int, default=8192)
-    parser.add_argument("--logp-chunk-tokens", type=int, default=1024)
+    parser.add_argument(
+        "--logp-chunk-tokens",
+        type=int,
+        default=None,
+        help="positions whose logits are computed together (default: the learner's default)",
+    )
     parser.add_argument(
         "--full-logits-max-tokens",
         type=int,
@@ -157,6 +162,8 @@ def measure(setting: dict[str, Any]) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from memrl.methods.mem1.network import DEFAULT_LOGP_CHUNK_TOKENS
+
     shape = SHAPES[args.shape]
     rows: list[dict[str, Any]] = []
     todo = [
@@ -177,7 +184,7 @@ def run(args: argparse.Namespace) -> int:
                 "tokens": tokens,
                 "minibatch": minibatch,
                 "micro_batch_tokens": args.micro_batch_tokens,
-                "chunk": args.logp_chunk_tokens,
+                "chunk": args.logp_chunk_tokens or DEFAULT_LOGP_CHUNK_TOKENS,
                 "threads": args.threads,
             }
             try:

@@ -238,7 +238,8 @@ def _evaluate(
     returns = own["returns"] if own else [float(ep.get_return()) for ep in done]
     lengths = own["turns"] if own else [len(ep) for ep in done]
     if ckpt is None:
-        shown = f"untrained policy of {exp.name}"
+        model_path = getattr(exp.model, "path", None)
+        shown = f"{exp.name}, no checkpoint" + (f" (model.path {model_path})" if model_path else "")
     else:
         shown = run.uri(CHECKPOINTS, ckpt.name) if run.staged else str(ckpt)
     result: dict[str, Any] = {

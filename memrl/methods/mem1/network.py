@@ -49,6 +49,11 @@ class LoRASettings:
     """Module names that get adapters."""
 
 
+DEFAULT_LOGP_CHUNK_TOKENS = 256
+"""Positions whose logits are computed together by default: at Qwen2.5's 151,936-token
+vocabulary one chunk's float32 logits are 156 MB (an update on a 4096-token row then peaks at
+0.20x the memory of full logits, 0.29x with 1024-position chunks; memrl bench mem1-memory)."""
+
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -199,9 +204,13 @@ def causal_lm(lm: nn.Module) -> nn.Module:
 
 
 def token_logp(
-    head: nn.Module, hidden: torch.Tensor, target: torch.Tensor, chunk_tokens: int
+    head: nn.Module,
+    hidden: torch.Tensor,
+    target: torch.Tensor,
+    chunk_tokens: int,
+    temperature: float = 1.0,
 ) -> torch.Tensor:
-    """log softmax(head(hidden))[target], ``chunk_tokens`` positions at a time.
+    """log softmax(head(hidden) / temperature)[target], ``chunk_tokens`` positions at a time.
 
     Only one chunk's logits (chunk_tokens x vocabulary) exist at any moment: with gradients on,
     each chunk is recomputed in the backward pass instead of being kept.
@@ -217,6 +226,8 @@ def token_logp(
 
     def chunk_logp(h: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         logits = head(h).float()  # (n, V)
+        if temperature != 1.0:
+            logits = logits / temperature
         return logits.gather(-1, t[:, None])[:, 0] - logits.logsumexp(-1)
 
     keep_graph = torch.is_grad_enabled() and (
@@ -244,6 +255,9 @@ class TokenPolicy(nn.Module):
             kept to measure against, and for LMs that change their logits after the head.
         compute_dtype: the dtype forward passes compute in (autocast over the weights' dtype);
             None: the weights' dtype.
+        temperature: the policy's sampling temperature: log-probs are those of softmax(logits /
+            temperature), the distribution rollouts sample from, so that behaviour and learner
+            log-probs describe one policy.
     """
 
     def __init__(
@@ -251,13 +265,20 @@ class TokenPolicy(nn.Module):
         lm: nn.Module,
         value_head: bool,
         *,
-        logp_chunk_tokens: int = 1024,
+        logp_chunk_tokens: int = DEFAULT_LOGP_CHUNK_TOKENS,
         full_logits: bool = False,
         compute_dtype: torch.dtype | None = None,
+        temperature: float = 1.0,
     ) -> None:
         super().__init__()
+        if temperature <= 0:
+            raise ValueError(
+                f"temperature must be > 0 (greedy decoding has no log-probs to train), got "
+                f"{temperature}"
+            )
         self.lm = lm
         self.compute_dtype = compute_dtype
+        self.temperature = temperature
         config = causal_lm(lm).config
         if not full_logits and getattr(config, "final_logit_softcapping", None) is not None:
             raise ValueError(
@@ -326,7 +347,7 @@ class TokenPolicy(nn.Module):
                 output_hidden_states=with_values,
                 use_cache=False,
             )
-            logits = out.logits[:, :-1].float()  # (B, T-1, V)
+            logits = out.logits[:, :-1].float() / self.temperature  # (B, T-1, V)
             target = input_ids[:, 1:]
             logp = logits.gather(-1, target[..., None])[..., 0] - logits.logsumexp(-1)
             hidden = out.hidden_states[-1] if with_values else None
@@ -345,6 +366,7 @@ class TokenPolicy(nn.Module):
                 hidden[:, :-1][rows, cols],
                 input_ids[:, 1:][rows, cols],
                 self.logp_chunk_tokens,
+                self.temperature,
             )
             logp = hidden.new_zeros(wanted.shape, dtype=torch.float32).index_put(
                 (rows, cols), picked

@@ -15,7 +15,9 @@ import torch
 from ray.rllib.core.rl_module.apis import InferenceOnlyAPI
 from ray.rllib.core.rl_module.torch import TorchRLModule
 
+from memrl.methods.mem1.generation.base import GenerationSettings
 from memrl.methods.mem1.network import (
+    DEFAULT_LOGP_CHUNK_TOKENS,
     LoRASettings,
     TokenPolicy,
     load_lm,
@@ -59,9 +61,10 @@ class LLMRLModule(TorchRLModule, InferenceOnlyAPI):
         self.policy = TokenPolicy(
             lm,
             value_head=value_head,
-            logp_chunk_tokens=int(cfg.get("logp_chunk_tokens", 1024)),
+            logp_chunk_tokens=int(cfg.get("logp_chunk_tokens", DEFAULT_LOGP_CHUNK_TOKENS)),
             full_logits=bool(cfg.get("full_logits", False)),
             compute_dtype=resolve_compute_dtype(cfg.get("compute_dtype", "auto")),
+            temperature=GenerationSettings(**cfg.get("generation", {})).training_temperature,
         )
         self._full_state: dict[str, Any] | None = None
 

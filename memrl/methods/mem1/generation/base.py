@@ -31,6 +31,12 @@ class GenerationSettings:
     seed: int = 0
     """Seed of the sampler."""
 
+    @property
+    def training_temperature(self) -> float:
+        """The temperature learners score tokens at: the sampling temperature, so that learner
+        and behaviour log-probs are those of one distribution (1 for greedy settings)."""
+        return self.temperature if self.temperature > 0 else 1.0
+
     def validate(self, where: str) -> None:
         if self.temperature < 0 or not 0 < self.top_p <= 1:
             raise ValueError(
