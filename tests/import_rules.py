@@ -28,6 +28,7 @@ METHOD_ROLES: dict[str, str] = {
     "mem1/context.py": "shared",
     "mem1/network.py": "network",
     "mem1/tiny.py": "network",
+    "mem1/pretrained.py": "network",
     "mem1/generation/__init__.py": "network",
     "mem1/generation/base.py": "network",
     "mem1/generation/hf.py": "network",

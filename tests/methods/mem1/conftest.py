@@ -54,6 +54,13 @@ def _build_learner(model_dir: Path, **algorithm: Any) -> Any:
     return config.build_learner(spaces={DEFAULT_MODULE_ID: (space, space)})
 
 
+@pytest.fixture(scope="session")
+def mem1_config_on():
+    """mem1_config_on(model_dir, resources=None, **algorithm): the ``Mem1Config`` of a doc-QA
+    experiment on any model folder (session-scoped, for module-scoped fixtures)."""
+    return _mem1_config
+
+
 @pytest.fixture
 def mem1_config(tiny_model_dir):
     """mem1_config(resources=None, **algorithm): the ``Mem1Config`` of a doc-QA experiment on

@@ -41,15 +41,14 @@ def tok(smol_dir):
 
 
 @pytest.fixture(scope="module")
-def learner(smol_dir):
+def learner(smol_dir, mem1_config_on):
     """A real ``TokenLearner`` on the model (GRPO, float32, the lowest 28 layers frozen), built
     as ``memrl train`` builds it."""
-    from conftest import _mem1_config
     from ray.rllib.core import DEFAULT_MODULE_ID
 
     from memrl.envs.text import text_space
 
-    config = _mem1_config(smol_dir, algorithm="grpo", group_size=2, lr=1e-4, kl_coef=0.0)
+    config = mem1_config_on(smol_dir, algorithm="grpo", group_size=2, lr=1e-4, kl_coef=0.0)
     config.rl_module_spec.model_config.update(freeze_layers=28)
     space = text_space()
     return config.build_learner(spaces={DEFAULT_MODULE_ID: (space, space)})
