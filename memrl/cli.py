@@ -204,7 +204,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _cmd_train(args: argparse.Namespace) -> int:
     from memrl.experiment.config import load_config
-    from memrl.experiment.train import RunInterrupted, train
+    from memrl.experiment.interrupts import RunInterrupted
+    from memrl.experiment.train import train
 
     overrides = list(args.overrides)
     if args.stop_iters is not None:
@@ -241,7 +242,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from memrl.experiment.train import report_at
+    from memrl.experiment.run_report import report_at
 
     print(f"wrote {report_at(args.run_dir, args.output)}")
     return 0

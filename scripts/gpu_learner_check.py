@@ -32,8 +32,9 @@ GPUS = {"cuda": 1.0, "cpu": 0.0}
 
 def one_setting(model: dict, device: str, args: argparse.Namespace, logdir: Path) -> dict:
     from memrl.experiment.build import build_algorithm_config
+    from memrl.experiment.checkpoints import build_algo
     from memrl.experiment.config import load_config
-    from memrl.experiment.train import build_algo, flatten
+    from memrl.experiment.progress import flatten
 
     overrides = [
         f"resources.num_gpus_per_learner={GPUS[device]}",

@@ -189,10 +189,11 @@ def run(args: argparse.Namespace) -> int:
 
         configured = exp.model.compute_dtype if args.config else "auto"
         compute = resolve_compute_dtype(args.compute_dtype or configured)
+        from memrl.experiment.run_dir import policy_module_dir
         from memrl.methods.mem1.generation import GenerationSettings, make_backend
         from memrl.methods.mem1.rlmodule import load_policy
 
-        lm, tokenizer = load_policy(args.model)
+        lm, tokenizer = load_policy(args.model, policy_module_dir(args.model))
         if torch.cuda.is_available():
             lm = lm.to("cuda")
         lm.eval()

@@ -188,15 +188,15 @@ def load_policy(run: str, overrides: dict[str, Any]) -> tuple[Any, dict[str, Any
     from memrl.envs import make_env
     from memrl.experiment.config import parse_config
     from memrl.experiment.evaluate import resolve_checkpoint
+    from memrl.experiment.run_dir import CONFIG, checkpoint_iteration, policy_module_dir
     from memrl.methods.baselines import MLPModel
     from memrl.methods.memo.rlmodule import MemoRLModule
     from memrl.methods.memo.settings import MemoModelSettings
 
     run_dir, ckpt = resolve_checkpoint(run)
-    exp = parse_config(yaml.safe_load(run_dir.read_text("config.yaml")))
-    iteration = int(ckpt.name.rsplit("_", 1)[-1])
-    # Absolute: RLlib reads a relative path as a URI without a scheme and fails.
-    module_dir = str((ckpt / "learner_group/learner/rl_module/default_policy").resolve())
+    exp = parse_config(yaml.safe_load(run_dir.read_text(CONFIG)))
+    iteration = checkpoint_iteration(ckpt.name)
+    module_dir = str(policy_module_dir(ckpt))
     if isinstance(exp.model, MLPModel):
         from ray.rllib.core.rl_module.rl_module import RLModule
 

@@ -195,8 +195,9 @@ def measure(config: dict[str, Any], iters: int, logdir: Path) -> dict[str, float
     """Builds the algorithm, runs one warm-up iteration, then times ``iters`` iterations and one
     sampling-only round of a train batch."""
     from memrl.experiment.build import build_algorithm_config
+    from memrl.experiment.checkpoints import build_algo
     from memrl.experiment.config import parse_config
-    from memrl.experiment.train import build_algo, flatten
+    from memrl.experiment.progress import flatten
 
     algo = build_algo(build_algorithm_config(parse_config(config)), logdir)
     # RLlib's learner timer is a moving average that keeps ~98% of its first (warm-up) value

@@ -23,6 +23,7 @@ import numpy as np
 import yaml
 
 from memrl.experiment.report import axis_label, format_number, read_table, write_report
+from memrl.experiment.run_dir import CONFIG, METRICS
 from memrl.experiment.run_plots import short_count, smoothing_window
 
 GRID_POINTS = 200
@@ -52,13 +53,13 @@ def load_run(path: str | Path, metric: str) -> tuple[dict[str, Any], str, np.nda
     """
 
     run = Path(path)
-    if not (run / "config.yaml").is_file() or not (run / "metrics.parquet").is_file():
+    if not (run / CONFIG).is_file() or not (run / METRICS).is_file():
         raise FileNotFoundError(
             f"{run} is not a run directory with metrics (config.yaml and metrics.parquet); "
             "give directories that `memrl train` wrote"
         )
-    config = yaml.safe_load((run / "config.yaml").read_text()) or {}
-    frame = read_table(run / "metrics.parquet")
+    config = yaml.safe_load((run / CONFIG).read_text()) or {}
+    frame = read_table(run / METRICS)
     if metric not in frame or frame[metric].notna().sum() == 0:
         numeric = sorted(c for c in frame.columns if frame[c].dtype.kind in "fi")
         raise ValueError(f"{run} has no values of {metric!r}; its metrics: {numeric}")

@@ -38,19 +38,21 @@ from typing import Any
 import yaml
 
 from memrl.experiment.build import build_algorithm_config
+from memrl.experiment.checkpoints import build_algo, restore_checkpoint
 from memrl.experiment.config import apply_overrides, parse_config
 from memrl.experiment.ray_session import ray_session
-from memrl.experiment.train import (
+from memrl.experiment.run_dir import (
     CHECKPOINT_PREFIX,
     CHECKPOINTS,
     CONFIG,
+    EVAL,
+    RLLIB_LOGDIR,
     TB,
     RunDir,
-    build_algo,
+    is_checkpoint_name,
     is_uri,
-    refresh_report,
-    restore_checkpoint,
 )
+from memrl.experiment.run_report import refresh_report
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +68,7 @@ def resolve_checkpoint(path: str | Path) -> tuple[RunDir, Path]:
         if name is None:
             raise FileNotFoundError(f"Run {p} has no checkpoint yet.")
         return run, p / CHECKPOINTS / name
-    if p.name.startswith(CHECKPOINT_PREFIX) and (p.parent.parent / CONFIG).is_file():
+    if is_checkpoint_name(p.name) and (p.parent.parent / CONFIG).is_file():
         return RunDir(p.parent.parent), p
     raise ValueError(
         f"{p} is neither a run directory (with config.yaml) nor a checkpoint inside one "
@@ -75,7 +77,7 @@ def resolve_checkpoint(path: str | Path) -> tuple[RunDir, Path]:
 
 
 # What a URI run's local copy leaves out: its other checkpoints, TensorBoard files, RLlib's logdir.
-NOT_COPIED = (CHECKPOINTS, TB, "rllib")
+NOT_COPIED = (CHECKPOINTS, TB, RLLIB_LOGDIR)
 
 
 @contextlib.contextmanager
@@ -89,7 +91,7 @@ def open_checkpoint(location: str | Path) -> Iterator[tuple[RunDir, Path]]:
     where = str(location).rstrip("/")
     head, _, tail = where.rpartition("/")
     name = None
-    if tail.startswith(CHECKPOINT_PREFIX) and head.endswith(f"/{CHECKPOINTS}"):
+    if is_checkpoint_name(tail) and head.endswith(f"/{CHECKPOINTS}"):
         where, name = head[: -len(CHECKPOINTS) - 1], tail
     with tempfile.TemporaryDirectory(prefix="memrl-run-") as tmp:
         run = RunDir(where, Path(tmp) / where.rsplit("/", 1)[-1])
@@ -223,7 +225,7 @@ def _evaluate(
             done: list[Any] = []
             own = None
             if callable(getattr(algo, "evaluate_episodes", None)):
-                out = Path(output) if output else run.path / "eval" / ckpt.name
+                out = Path(output) if output else run.path / EVAL / ckpt.name
                 own = algo.evaluate_episodes(
                     episodes, explore=explore, transcripts=out.with_suffix(".transcripts.jsonl")
                 )
@@ -258,8 +260,8 @@ def _evaluate(
     result.update(inner_episode_stats(done))
     if own:
         kept = own.get("transcripts")
-        if kept and run is not None and run.staged and Path(kept).parent == run.path / "eval":
-            own["transcripts"] = run.uri("eval", Path(kept).name)  # uploaded with the results
+        if kept and run is not None and run.staged and Path(kept).parent == run.path / EVAL:
+            own["transcripts"] = run.uri(EVAL, Path(kept).name)  # uploaded with the results
         result.update(own["summary"], transcripts=own["transcripts"])
     echo(
         f"{shown}: {len(returns)} episodes, return {result['return_mean']:.3f} "
@@ -289,7 +291,7 @@ def _keep_in_run(
     """Writes the results (and replays) under the run's eval/ and refreshes its report; a run on
     a URI gets this checkpoint's eval files (``<checkpoint>.*``: results, replays, transcripts)
     and the report, written from the local copy ``open_checkpoint`` made, uploaded."""
-    folder = run.path / "eval"
+    folder = run.path / EVAL
     try:
         folder.mkdir(parents=True, exist_ok=True)
         (folder / f"{ckpt.name}.json").write_text(json.dumps(result, indent=1))
@@ -300,7 +302,7 @@ def _keep_in_run(
                 run.write_bytes(f"eval/{path.name}", path.read_bytes())
         echo(f"report: {refresh_report(run, local_copy=True)}")
     except OSError as err:  # a read-only run directory: the results were printed (and --output)
-        logger.warning("could not keep the evaluation in %s (%s)", run.uri("eval"), err)
+        logger.warning("could not keep the evaluation in %s (%s)", run.uri(EVAL), err)
 
 
 def _std(values: list[float]) -> float:

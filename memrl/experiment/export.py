@@ -21,13 +21,12 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from memrl.experiment.run_dir import CHECKPOINTS, POLICY_MODULE, policy_module_dir
 from memrl.extras import require
 
 logger = logging.getLogger(__name__)
 
 FORMATS = ("hf", "lora", "rlmodule")
-MODULE_DIR = Path("learner_group") / "learner" / "rl_module" / "default_policy"
-"""Where a memrl checkpoint keeps the policy's RLModule."""
 
 
 def export_checkpoint(checkpoint: str | Path, fmt: str, output: str | Path) -> Path:
@@ -50,11 +49,9 @@ def export_checkpoint(checkpoint: str | Path, fmt: str, output: str | Path) -> P
 
 
 def _export(run: Any, ckpt: Path, fmt: str, out: Path) -> Path:
-    from memrl.experiment.train import CHECKPOINTS
-
-    module_dir = ckpt / MODULE_DIR
+    module_dir = policy_module_dir(ckpt)
     if not module_dir.is_dir():
-        raise FileNotFoundError(f"{ckpt} has no policy module at {MODULE_DIR}")
+        raise FileNotFoundError(f"{ckpt} has no policy module at {POLICY_MODULE}")
     if fmt == "rlmodule":
         if out.exists():
             out.rmdir()
@@ -73,7 +70,7 @@ def _export_lm(module_dir: Path, fmt: str, out: Path) -> None:
     require("transformers", f"memrl export --format {fmt}")
     from ray.rllib.core.rl_module.rl_module import RLModule
 
-    module = RLModule.from_checkpoint(str(module_dir.resolve()))
+    module = RLModule.from_checkpoint(str(module_dir))
     lm: Any = getattr(getattr(module, "policy", None), "lm", None)
     tokenizer = getattr(module, "tokenizer", None)
     if lm is None or tokenizer is None:

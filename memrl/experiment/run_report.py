@@ -18,11 +18,14 @@ style are inline):
 
 from __future__ import annotations
 
+import contextlib
 import html
 import json
 import logging
 import math
+import os
 import re
+import tempfile
 import time
 from importlib import resources
 from pathlib import Path
@@ -32,10 +35,10 @@ import yaml
 
 from memrl.experiment.memory_verdict import gain_is_clear, recalls, recent_gain_noise
 from memrl.experiment.report import format_number, read_table
+from memrl.experiment.run_dir import CONFIG, EVAL, METRICS, REPORT, RunDir, is_uri
 
 logger = logging.getLogger(__name__)
 
-REPORT_NAME = "report.html"
 TRANSCRIPT_LIMIT = 50
 """Episodes of a transcripts file embedded in the page (the list says how many there are)."""
 
@@ -47,12 +50,12 @@ def write_run_report(run_dir: str | Path, output: str | Path | None = None) -> P
         FileNotFoundError: ``run_dir`` is not a run directory (no config.yaml).
     """
     run = Path(run_dir)
-    if not (run / "config.yaml").is_file():
+    if not (run / CONFIG).is_file():
         raise FileNotFoundError(
             f"{run} is not a run directory (it has no config.yaml); give the directory that "
             "`memrl train` wrote, e.g. runs/quickstart"
         )
-    out = Path(output) if output else run / REPORT_NAME
+    out = Path(output) if output else run / REPORT
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(render_report(collect(run)), encoding="utf-8")
     return out
@@ -60,11 +63,11 @@ def write_run_report(run_dir: str | Path, output: str | Path | None = None) -> P
 
 def collect(run: Path) -> dict[str, Any]:
     """Everything the page shows, read from the run directory."""
-    config_text = (run / "config.yaml").read_text()
+    config_text = (run / CONFIG).read_text()
     config = yaml.safe_load(config_text) or {}
     frame = None
-    if (run / "metrics.parquet").is_file():
-        frame = read_table(run / "metrics.parquet")
+    if (run / METRICS).is_file():
+        frame = read_table(run / METRICS)
     evals = _evaluations(run)
     latest = evals[-1] if evals else None
     replays: list[dict[str, Any]] = []
@@ -91,7 +94,7 @@ def collect(run: Path) -> dict[str, Any]:
 def _evaluations(run: Path) -> list[dict[str, Any]]:
     """The run's evaluation results (eval/<checkpoint>.json), oldest checkpoint first."""
     found = []
-    folder = run / "eval"
+    folder = run / EVAL
     if folder.is_dir():
         for path in folder.glob("*.json"):
             if path.name.endswith(".replay.json"):
@@ -115,7 +118,7 @@ def _transcripts_file(result: dict[str, Any], run: Path) -> Path | None:
     named = result.get("transcripts")
     candidates = []
     if isinstance(named, str) and named:
-        candidates += [Path(named), run / "eval" / Path(named).name]
+        candidates += [Path(named), run / EVAL / Path(named).name]
     candidates.append(result["_path"].with_name(result["_path"].stem + ".transcripts.jsonl"))
     return next((p for p in candidates if p.is_file()), None)
 
@@ -414,3 +417,45 @@ def _script_json(value: Any) -> str:
 
 def _asset(name: str) -> str:
     return resources.files("memrl.experiment").joinpath("report_assets", name).read_text("utf-8")
+
+
+def refresh_report(
+    run: RunDir, output: str | os.PathLike[str] | None = None, *, local_copy: bool = False
+) -> str:
+    """Writes the run's report.html (or ``output``); for a run on a URI, from a local copy of
+    what it reads (``local_copy``: ``run.path`` already holds it, else it is downloaded), and
+    uploaded to the run unless ``output`` is given."""
+    if not run.staged:
+        return str(write_run_report(run.path, output))
+    with contextlib.ExitStack() as stack:
+        source = run.path
+        if not local_copy:
+            source = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="memrl-report-")))
+            for name in (CONFIG, METRICS, EVAL):
+                run.download(name, source / name)
+        page = write_run_report(source, output)
+        if output:
+            return str(page)
+        run.write_bytes(REPORT, page.read_bytes())
+    return run.uri(REPORT)
+
+
+def report_at(
+    location: str | os.PathLike[str], output: str | os.PathLike[str] | None = None
+) -> str:
+    """`memrl report`: the report of the run at ``location`` (a path or a URI), written to
+    ``output`` or else to the run's own report.html; returns where it went.
+
+    Raises:
+        FileNotFoundError: ``location`` holds no run (no config.yaml).
+    """
+    if not is_uri(location):
+        return str(write_run_report(location, output))
+    with tempfile.TemporaryDirectory(prefix="memrl-report-") as tmp:
+        run = RunDir(location, tmp)
+        if not run.exists(CONFIG):
+            raise FileNotFoundError(
+                f"{run.location} is not a run directory (it has no config.yaml); give the "
+                "location that `memrl train --output` wrote to"
+            )
+        return refresh_report(run, output)

@@ -50,7 +50,7 @@ from memrl.experiment.config import (
     parse_config,
     parse_yaml,
 )
-from memrl.experiment.train import RunDir, is_uri, local_dir
+from memrl.experiment.run_dir import RLLIB_LOGDIR, RunDir, is_uri, local_dir
 from memrl.experiment.tune_space import (
     PBTSettings,
     TuneSettings,
@@ -98,7 +98,8 @@ def _trainable_class() -> type:
     from ray import tune
 
     from memrl.experiment.build import build_algorithm_config
-    from memrl.experiment.train import build_algo, metrics_row, sync_env_runner_weights
+    from memrl.experiment.checkpoints import build_algo, sync_env_runner_weights
+    from memrl.experiment.progress import metrics_row
 
     class MemrlTrainable(tune.Trainable):
         """One trial: an RLlib Algorithm built from memrl's config, one iteration per step."""
@@ -109,7 +110,7 @@ def _trainable_class() -> type:
             assert base is not None, "pass the base config with tune.with_parameters"
             exp = trial_experiment(base, config).located(sweep_dir)
             algo_config = build_algorithm_config(exp)
-            self.algo = build_algo(algo_config, Path(self.logdir) / "rllib")
+            self.algo = build_algo(algo_config, Path(self.logdir) / RLLIB_LOGDIR)
 
         def step(self) -> dict[str, Any]:
             row = metrics_row(self.algo.train(), self.algo)

@@ -13,8 +13,8 @@ import torch
 import yaml
 from memrl_testing import memrl_cli
 
-from memrl.experiment.export import MODULE_DIR, export_checkpoint
-from memrl.experiment.train import STATE_FILE
+from memrl.experiment.export import export_checkpoint
+from memrl.experiment.run_dir import POLICY_MODULE, STATE_FILE
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "checkpoints"
 
@@ -71,7 +71,7 @@ def test_rlmodule_export_loads_without_the_training_code(tmp_path):
     loaded = _load_alone(out, json.dumps(obs))
     assert loaded["training"] == []
     (ckpt,) = sorted((run / "checkpoints").iterdir())[-1:]
-    original = RLModule.from_checkpoint(str(ckpt / MODULE_DIR))
+    original = RLModule.from_checkpoint(str(ckpt / POLICY_MODULE))
     with torch.no_grad():
         expected = original.forward_inference({Columns.OBS: torch.tensor(obs)})
     torch.testing.assert_close(
@@ -107,7 +107,7 @@ def llm_run(tmp_path_factory):
                 p.add_(0.3)
     run = root / "run"
     ckpt = run / "checkpoints" / "iter_000001"
-    module.save_to_path(str(ckpt / MODULE_DIR))
+    module.save_to_path(str(ckpt / POLICY_MODULE))
     # A checkpoint counts once the algorithm's state file is there (export reads only the module).
     (ckpt / STATE_FILE).write_bytes(b"")
     (run / "config.yaml").write_text(yaml.safe_dump({"name": "run", "model": {"type": "llm"}}))

@@ -10,7 +10,8 @@ import ray
 
 from memrl.experiment.build import build_algorithm_config
 from memrl.experiment.config import parse_config
-from memrl.experiment.train import RunDir, RunInterrupted, learners_lost, lost_learner_ends_run
+from memrl.experiment.interrupts import RunInterrupted, learners_lost, lost_learner_ends_run
+from memrl.experiment.run_dir import RunDir
 
 
 def test_an_update_that_skips_a_dead_learner_is_a_lost_learner(tmp_path):

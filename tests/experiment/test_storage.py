@@ -11,7 +11,7 @@ from memrl_testing import TINY
 
 from memrl.experiment.config import parse_config
 from memrl.experiment.report import read_table
-from memrl.experiment.train import (
+from memrl.experiment.run_dir import (
     STATE_FILE,
     RunDir,
     local_dir,

@@ -187,9 +187,9 @@ def test_restored_weights_reach_remote_env_runners(tmp_path):
     import torch
 
     from memrl.experiment.build import build_algorithm_config
+    from memrl.experiment.checkpoints import build_algo, sync_env_runner_weights
     from memrl.experiment.config import load_config
     from memrl.experiment.ray_session import ray_session
-    from memrl.experiment.train import build_algo, sync_env_runner_weights
 
     exp = load_config(write_config(tmp_path / "tiny.yaml"))
 

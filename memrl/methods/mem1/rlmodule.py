@@ -149,19 +149,21 @@ class LLMRLModule(TorchRLModule, InferenceOnlyAPI):
         self._full_state = dict(state) if self._full_state is not None else None
 
 
-def load_policy(path: str | Path) -> tuple[Any, Any]:
-    """(causal LM, tokenizer) from a model directory, a model name, or a ``memrl train``
-    checkpoint (its RLModule is restored; the LM keeps LoRA adapters if it has them).
+def load_policy(path: str | Path, module_dir: str | Path | None = None) -> tuple[Any, Any]:
+    """(causal LM, tokenizer) from a model directory or a model name, or from the saved
+    ``LLMRLModule`` at ``module_dir`` when that exists (the policy module of a ``memrl train``
+    checkpoint, which memrl.experiment.run_dir locates; the LM keeps LoRA adapters if it has
+    them).
 
     Raises:
         FileNotFoundError: a local path that does not exist.
     """
     p = Path(path)
-    module_dir = p / "learner_group" / "learner" / "rl_module" / "default_policy"
-    if module_dir.is_dir():
+    if module_dir is not None and Path(module_dir).is_dir():
         from ray.rllib.core.rl_module.rl_module import RLModule
 
-        module = RLModule.from_checkpoint(str(module_dir.resolve()))  # RLlib: absolute paths
+        # RLlib reads a relative path as a URI without a scheme: absolute paths only.
+        module = RLModule.from_checkpoint(str(Path(module_dir).resolve()))
         return module.policy.lm, module.tokenizer
     if str(path).startswith((".", "/", "~")) and not p.expanduser().exists():
         raise FileNotFoundError(

@@ -130,7 +130,7 @@ DDP_SCRIPT = textwrap.dedent(
     from memrl.experiment.build import build_algorithm_config
     from memrl.experiment.config import parse_config
     from memrl.experiment.ray_session import ray_session
-    from memrl.experiment.train import build_algo
+    from memrl.experiment.checkpoints import build_algo
 
     torch.set_num_threads(1)
     out = Path(sys.argv[1])
