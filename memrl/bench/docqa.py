@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
 
     from memrl.envs.doc_qa import DocQAEnv, resources
     from memrl.envs.doc_qa.agent import ScriptedAgent, run_episode
-    from memrl.envs.retrieval.http import RetrievalServer
+    from memrl.envs.retrieval.app import RetrievalServer
     from memrl.experiment.report import Plot, write_report
 
     logging.getLogger("bm25s").setLevel(logging.WARNING)

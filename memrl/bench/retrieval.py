@@ -78,8 +78,9 @@ def run(args: argparse.Namespace) -> int:
     import psutil
 
     from memrl.envs.doc_qa.synthetic import SyntheticKB
+    from memrl.envs.retrieval.app import RetrievalServer
     from memrl.envs.retrieval.corpus import save_corpus
-    from memrl.envs.retrieval.http import HTTPRetriever, RetrievalServer
+    from memrl.envs.retrieval.http import HTTPRetriever
     from memrl.envs.retrieval.local import LocalRetriever, build_index, load_index
     from memrl.experiment.report import Plot, write_report
 

@@ -59,7 +59,7 @@ def build(args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
     from memrl.envs.asgi import bind
-    from memrl.envs.retrieval.http import RetrievalServer
+    from memrl.envs.retrieval.app import RetrievalServer
 
     sock = bind(args.host, args.port)
     try:

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from memrl.envs.doc_qa import resources
-from memrl.envs.retrieval.http import HTTPRetriever, RetrievalServer
+from memrl.envs.retrieval.app import RetrievalServer
+from memrl.envs.retrieval.http import HTTPRetriever
 from memrl.envs.webshop import CatalogueSpec, WebShopEngine, get_world
 from memrl.envs.webshop.site import WebShopSite, start_server
 

@@ -12,13 +12,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import gymnasium as gym
 import numpy as np
 
 from memrl.envs.objnav.view import FREE, OBJECT0, WALL
 
 if TYPE_CHECKING:
     from memrl.envs.objnav.core import ObjNavVec
-    from memrl.envs.objnav.env import ObjNavEnv
 
 _FLOOR = np.array([232, 228, 218], dtype=np.float32)
 _WALL = np.array([60, 60, 70], dtype=np.float32)
@@ -114,7 +114,7 @@ def save_gif(frames: list[np.ndarray], path: str | Path, fps: int = 8) -> Path:
 
 
 def record_episode(
-    env: ObjNavEnv,
+    env: gym.Env,
     path_prefix: str | Path,
     policy: str | Callable[[np.ndarray], int] = "oracle",
     max_steps: int = 120,
@@ -124,7 +124,8 @@ def record_episode(
     """Plays one inner episode and writes ``PREFIX.png`` (its first frame) and ``PREFIX.gif``.
 
     Args:
-        env: an ObjNavEnv built with ``render_mode="rgb_array"``.
+        env: an ObjNavEnv (env.py, which renders with this module) built with
+            ``render_mode="rgb_array"``.
         path_prefix: where to write, without extension.
         policy: ``"oracle"`` (shortest path, knows the map), ``"random"``, or a callable that maps
             an observation to an action.

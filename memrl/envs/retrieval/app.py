@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 from typing import Any
 
-from memrl.envs.asgi import BODY_TIMEOUT_S, BodyError, read_body
+from memrl.envs.asgi import BODY_TIMEOUT_S, ASGIServer, BodyError, bind, read_body
 from memrl.envs.retrieval.base import Retriever
 from memrl.envs.retrieval.http import RequestError, parse_request, render_result
 
@@ -112,3 +113,63 @@ class RetrievalApp:
             logger.exception("retrieval failed")
             return _json(500, {"error": f"retrieval failed: {type(err).__name__}: {err}"})
         return _json(200, render_result(hits, return_scores))
+
+
+class RetrievalServer:
+    """Serves a retriever over the Search-R1 protocol (``RetrievalApp`` on uvicorn).
+
+    The socket is bound in the constructor, so a port in use is an error before anything else.
+
+    Args:
+        retriever: what answers the queries.
+        host: interface to bind (default loopback only).
+        port: TCP port; 0 picks a free one (see ``url``).
+        num_docs: corpus size reported by ``GET /health``.
+        sock: a socket already bound with ``memrl.envs.asgi.bind`` (then host and port are
+            ignored): ``memrl serve retrieval`` binds before it builds the index.
+        body_timeout_s: longest a client may take to send a request body (then 408).
+
+    Raises:
+        ValueError: the port is out of range or in use, or the host cannot be bound.
+    """
+
+    def __init__(
+        self,
+        retriever: Retriever,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        num_docs: int | None = None,
+        *,
+        sock: socket.socket | None = None,
+        body_timeout_s: float | None = None,
+    ) -> None:
+        app = RetrievalApp(retriever, num_docs, body_timeout_s or BODY_TIMEOUT_S)
+        self._server = ASGIServer(app, sock or bind(host, port), name="retrieval-http")
+
+    @property
+    def url(self) -> str:
+        """Base URL of the server, e.g. ``http://127.0.0.1:8000``."""
+        return self._server.url
+
+    def start(self) -> RetrievalServer:
+        """Serves in a background thread (returns once it accepts connections); returns self."""
+        self._server.start()
+        return self
+
+    def serve_forever(self) -> None:
+        """Serves in this thread until interrupted."""
+        self._server.serve_forever()
+
+    def stop(self) -> None:
+        """Stops the background thread started by ``start`` and closes the socket."""
+        self._server.stop()
+
+    def close(self) -> None:
+        """Closes the listening socket (after ``serve_forever`` returned)."""
+        self._server.stop()
+
+    def __enter__(self) -> RetrievalServer:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

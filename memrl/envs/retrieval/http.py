@@ -1,4 +1,4 @@
-"""The Search-R1 / MEM1 retrieval protocol over HTTP: a server for any retriever and a client.
+"""The Search-R1 / MEM1 retrieval protocol over HTTP: request and response rules, and a client.
 
 ``POST /retrieve`` with ``{"queries": [str], "topk": 3, "return_scores": true}`` answers
 ``{"result": [[{"document": {"id": str, "contents": "\\"Title\\"\\ntext"}, "score": float}]]}``;
@@ -6,8 +6,8 @@ without scores each entry is the document dict alone. ``GET /health`` answers
 ``{"status": "ok", "num_docs": N}``. Malformed requests get a 4xx status with ``{"error": "..."}``
 and the server keeps serving; ``OPTIONS`` answers 204 with ``Allow``, ``HEAD /health`` works.
 
-The server is ``app.RetrievalApp`` (Starlette) on uvicorn (``memrl.envs.asgi``), or the same app
-as a Ray Serve deployment (``serve_app.py``); the response bytes are those of memrl's first,
+The server is ``app.RetrievalApp`` (Starlette) on uvicorn (``app.RetrievalServer``), or the same
+app as a Ray Serve deployment (``serve_app.py``); the response bytes are those of memrl's first,
 standard-library server (``tests/envs/retrieval/data/retrieve_golden.json``). The client keeps one
 persistent connection per thread, so it can point at memrl's server or at an existing Search-R1
 retrieval server.
@@ -19,12 +19,11 @@ import http.client
 import json
 import logging
 import math
-import socket
 import threading
 import time
 from urllib.parse import urlsplit
 
-from memrl.envs.retrieval.base import MAX_TOPK, Hit, Retriever, check_topk
+from memrl.envs.retrieval.base import MAX_TOPK, Hit, check_topk
 from memrl.envs.retrieval.corpus import split_contents, to_contents
 
 logger = logging.getLogger(__name__)
@@ -90,69 +89,6 @@ def render_result(hits: list[list[Hit]], return_scores: bool) -> dict:
             docs.append({"document": document, "score": hit.score} if return_scores else document)
         result.append(docs)
     return {"result": result}
-
-
-class RetrievalServer:
-    """Serves a retriever over the Search-R1 protocol (``app.RetrievalApp`` on uvicorn).
-
-    The socket is bound in the constructor, so a port in use is an error before anything else.
-
-    Args:
-        retriever: what answers the queries.
-        host: interface to bind (default loopback only).
-        port: TCP port; 0 picks a free one (see ``url``).
-        num_docs: corpus size reported by ``GET /health``.
-        sock: a socket already bound with ``memrl.envs.asgi.bind`` (then host and port are
-            ignored): ``memrl serve retrieval`` binds before it builds the index.
-        body_timeout_s: longest a client may take to send a request body (then 408).
-
-    Raises:
-        ValueError: the port is out of range or in use, or the host cannot be bound.
-    """
-
-    def __init__(
-        self,
-        retriever: Retriever,
-        host: str = "127.0.0.1",
-        port: int = 0,
-        num_docs: int | None = None,
-        *,
-        sock: socket.socket | None = None,
-        body_timeout_s: float | None = None,
-    ) -> None:
-        from memrl.envs.asgi import BODY_TIMEOUT_S, ASGIServer, bind
-        from memrl.envs.retrieval.app import RetrievalApp
-
-        app = RetrievalApp(retriever, num_docs, body_timeout_s or BODY_TIMEOUT_S)
-        self._server = ASGIServer(app, sock or bind(host, port), name="retrieval-http")
-
-    @property
-    def url(self) -> str:
-        """Base URL of the server, e.g. ``http://127.0.0.1:8000``."""
-        return self._server.url
-
-    def start(self) -> RetrievalServer:
-        """Serves in a background thread (returns once it accepts connections); returns self."""
-        self._server.start()
-        return self
-
-    def serve_forever(self) -> None:
-        """Serves in this thread until interrupted."""
-        self._server.serve_forever()
-
-    def stop(self) -> None:
-        """Stops the background thread started by ``start`` and closes the socket."""
-        self._server.stop()
-
-    def close(self) -> None:
-        """Closes the listening socket (after ``serve_forever`` returned)."""
-        self._server.stop()
-
-    def __enter__(self) -> RetrievalServer:
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
 
 
 class HTTPRetriever:

@@ -45,7 +45,6 @@ from ray.rllib.utils.metrics import (
 from memrl.methods.mem1.advantages import add_advantages
 from memrl.methods.mem1.batch import build_rows, row_lengths, shard_rows, slice_rows
 from memrl.methods.mem1.context import ContextPolicy
-from memrl.methods.mem1.settings import Mem1Settings
 
 logger = logging.getLogger(__name__)
 
@@ -55,11 +54,13 @@ right after its warm start."""
 
 
 class Mem1Config(AlgorithmConfig):
-    """AlgorithmConfig of MEM1: ``mem1`` holds the ``Mem1Settings``; ``text_env_id`` the env id."""
+    """AlgorithmConfig of MEM1: ``mem1`` holds the ``Mem1Settings`` (settings.py, which builds
+    this config: the settings import this module, never the reverse); ``text_env_id`` the env id.
+    """
 
     def __init__(self, algo_class: type | None = None) -> None:
         super().__init__(algo_class=algo_class or Mem1Algorithm)
-        self.mem1 = Mem1Settings()
+        self.mem1: Any = None  # the Mem1Settings, given with training(mem1=...)
         self.text_env_id = "memrl/DocQA-v0"
         from memrl.methods.mem1.env_runner import TextEnvRunner
 
@@ -76,7 +77,7 @@ class Mem1Config(AlgorithmConfig):
 
         return RLModuleSpec(module_class=LLMRLModule)
 
-    def training(self, *, mem1: Mem1Settings | Any = NotProvided, **kwargs: Any) -> Mem1Config:
+    def training(self, *, mem1: Any = NotProvided, **kwargs: Any) -> Mem1Config:
         super().training(**kwargs)
         if mem1 is not NotProvided:
             self.mem1 = mem1
@@ -175,7 +176,7 @@ class Mem1Algorithm(Algorithm):
         )
 
     def training_step(self) -> None:
-        s: Mem1Settings = self.config.mem1
+        s = self.config.mem1
         # In the first iteration, not at setup: an algorithm restored from a checkpoint (resume,
         # `memrl eval`) has iteration > 0 and must not redo it.
         if self.iteration == 0 and s.warm_start.episodes > 0 and not self.warm_start_losses:
@@ -216,7 +217,7 @@ class Mem1Algorithm(Algorithm):
         """Every learner scores its share of the rows; the shares are merged into (B, T). Only
         what the update reads is computed: the current log-probs with ``recompute_old_logp``,
         the reference's with a KL term, values for PPO; GRPO with neither scores nothing."""
-        s: Mem1Settings = self.config.mem1
+        s = self.config.mem1
         current, reference = s.recompute_old_logp, s.kl_coef > 0
         if not (current or reference or s.algorithm == "ppo"):
             return {}
@@ -227,7 +228,7 @@ class Mem1Algorithm(Algorithm):
         return merge_scores([item.get() for item in results], cols["input_ids"].shape)
 
     def _update(self, cols: dict[str, np.ndarray], stats: dict[str, float]) -> None:
-        s: Mem1Settings = self.config.mem1
+        s = self.config.mem1
         rows = cols["input_ids"].shape[0]
         rng = np.random.default_rng(self._iteration_seed)
         self._iteration_seed += 1
@@ -259,7 +260,7 @@ class Mem1Algorithm(Algorithm):
         self, cols: dict[str, np.ndarray], scored: dict[str, np.ndarray], episodes: list[Any]
     ) -> dict[str, float]:
         """Adds old_logp, ref_logp, advantages (and PPO's old_values, returns) to ``cols``."""
-        s: Mem1Settings = self.config.mem1
+        s = self.config.mem1
         return add_advantages(
             cols,
             scored,
@@ -284,7 +285,7 @@ class Mem1Algorithm(Algorithm):
         return out
 
     def _maybe_evaluate(self) -> dict[str, float]:
-        s: Mem1Settings = self.config.mem1
+        s = self.config.mem1
         if not s.eval_every or self.iteration % s.eval_every:
             return {}
         result = {}

@@ -16,7 +16,8 @@ import pytest
 
 from memrl.envs.doc_qa import DocQAEnv, resources
 from memrl.envs.doc_qa.agent import ScriptedAgent, run_episode
-from memrl.envs.retrieval.http import HTTPRetriever, RetrievalServer
+from memrl.envs.retrieval.app import RetrievalServer
+from memrl.envs.retrieval.http import HTTPRetriever
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from memrl.envs.doc_qa import resources
-from memrl.envs.retrieval.http import RetrievalServer
+from memrl.envs.retrieval.app import RetrievalServer
 
 GOLDEN = json.loads((Path(__file__).parent / "data" / "retrieve_golden.json").read_text())
 

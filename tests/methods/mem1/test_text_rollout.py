@@ -119,7 +119,7 @@ class _CountingRetriever:
 
 def test_envs_that_search_share_one_request_per_turn(tokenizer):
     from memrl.envs.doc_qa import resources
-    from memrl.envs.retrieval.http import RetrievalServer
+    from memrl.envs.retrieval.app import RetrievalServer
 
     counting = _CountingRetriever(resources.synthetic_retriever(60, 0))
     with RetrievalServer(counting) as server:
