@@ -70,22 +70,28 @@ def _memo(
     return Breakage(name, f"memrl/methods/memo/{file}", line, broken, MEMO_TESTS, behaviour, nth)
 
 
+def _ppo(name: str, line: str, broken: str, behaviour: str) -> Breakage:
+    """A breakage of the PPO formulas both methods share: both methods' tests must notice."""
+    return Breakage(
+        name, "memrl/methods/ppo_math.py", line, broken, MEM1_TESTS + MEMO_TESTS, behaviour
+    )
+
+
 CATALOGUE: tuple[Breakage, ...] = (
-    # --- MEM1: token losses -----------------------------------------------------------------
-    _mem1(
-        "mem1-mean-over-padding",
-        "losses.py",
-        "denom = mask.sum().clamp(min=1.0) if num_tokens is None else num_tokens",
-        "denom = mask.numel() if num_tokens is None else num_tokens",
-        "token means divide by the loss tokens, not by every position",
+    # --- PPO formulas shared by Memo and MEM1 -----------------------------------------------
+    _ppo(
+        "ppo-mean-over-padding",
+        "denom = mask.sum().clamp(min=1.0) if count is None else count",
+        "denom = mask.numel() if count is None else count",
+        "means divide by the masked steps (tokens), not by every position",
     ),
-    _mem1(
-        "mem1-pg-min",
-        "losses.py",
-        "pg_loss = masked_mean(torch.maximum(pg_losses, pg_losses_clipped), mask, num_tokens)",
-        "pg_loss = masked_mean(torch.minimum(pg_losses, pg_losses_clipped), mask, num_tokens)",
+    _ppo(
+        "ppo-pg-max",
+        "return -torch.min(advantages * ratio, advantages * ratio.clamp(1.0 - clip, 1.0 + clip))",
+        "return -torch.max(advantages * ratio, advantages * ratio.clamp(1.0 - clip, 1.0 + clip))",
         "PPO's surrogate takes the pessimistic (clipped) branch",
     ),
+    # --- MEM1: token losses -----------------------------------------------------------------
     _mem1(
         "mem1-ratio-inverted",
         "losses.py",
@@ -164,28 +170,28 @@ CATALOGUE: tuple[Breakage, ...] = (
         'cols["advantages"] = np.where(mask, rewards[ep_index], 0.0).astype(np.float32)',
         "GRPO's advantages are group-normalized outcomes",
     ),
-    # --- MEM1: rows and batching ------------------------------------------------------------
     _mem1(
         "mem1-returns-forward",
-        "batch.py",
+        "advantages.py",
         "idx = np.lexsort((-order, ep))",
         "idx = np.lexsort((order, ep))",
         "returns are reward-to-go (summed from the end of the episode)",
     ),
     _mem1(
         "mem1-last-token-of-batch",
-        "batch.py",
+        "advantages.py",
         "out[mask] = order[mask] == last[ep[mask]]",
         "out[mask] = order[mask] == last.max()",
         "each episode's outcome lands on its own last generated token",
     ),
     _mem1(
         "mem1-group-stats-of-batch",
-        "batch.py",
+        "advantages.py",
         "out[idx] = (r - r.mean()) / (r.std() + eps)",
         "out[idx] = (r - rewards.mean()) / (rewards.std() + eps)",
         "GRPO normalizes each group by its own statistics",
     ),
+    # --- MEM1: rows and batching ------------------------------------------------------------
     _mem1(
         "mem1-units-share-segments",
         "batch.py",
@@ -281,13 +287,6 @@ CATALOGUE: tuple[Breakage, ...] = (
         "the ratio is pi / pi_old",
     ),
     _memo(
-        "memo-pg-max",
-        "learner.py",
-        "pg_loss = -torch.min(advantages * ratio, advantages * ratio.clamp(1 - clip, 1 + clip))",
-        "pg_loss = -torch.max(advantages * ratio, advantages * ratio.clamp(1 - clip, 1 + clip))",
-        "PPO's surrogate takes the pessimistic (clipped) branch",
-    ),
-    _memo(
         "memo-vf-unclipped",
         "learner.py",
         "vf_loss = vf_err.clamp(max=vf_clip)",
@@ -304,7 +303,7 @@ CATALOGUE: tuple[Breakage, ...] = (
     _memo(
         "memo-mean-over-padding",
         "learner.py",
-        "total = (per_step * mask).sum() / mask.sum().clamp(min=1)",
+        "total = masked_mean(per_step, mask)",
         "total = per_step.mean()",
         "the loss averages over the loss steps only",
     ),
@@ -325,8 +324,8 @@ CATALOGUE: tuple[Breakage, ...] = (
     _memo(
         "memo-kl-direction",
         "learner.py",
-        "kl = masked_mean(prev.kl(curr))",
-        "kl = masked_mean(curr.kl(prev))",
+        "kl = mean(prev.kl(curr))",
+        "kl = mean(curr.kl(prev))",
         "the KL term is KL(stored || current)",
     ),
     # --- Memo: trial rows and advantages ----------------------------------------------------

@@ -46,8 +46,11 @@ METHOD_ROLES: dict[str, str] = {
     "mem1/settings.py": "settings",
     "baselines.py": "settings",
     "ppo.py": "settings",
+    "ppo_math.py": "leaf",
 }
-"""File under memrl/methods/ -> its role. Package __init__ files hold only docstrings."""
+"""File under memrl/methods/ -> its role. Package __init__ files hold only docstrings. A "leaf"
+sits directly under memrl/methods and belongs to no method: every method may import it (one
+formula, one owner), and it imports no memrl code, so no method reaches another through it."""
 
 COMMAND_GROUPS = ("memrl.cli", "memrl.bench", "memrl.serve", "memrl.data", "memrl.__main__")
 
@@ -61,6 +64,7 @@ REASONS = {
     "method-experiment": "experiment code calls a method's settings, never the reverse",
     "experiment-method": "experiment code reaches methods only through the config registries",
     "metrics-leaf": "memrl.metrics is a leaf shared by all layers, so it imports no memrl code",
+    "methods-leaf": "a leaf of memrl/methods is shared by all methods, so it imports no memrl code",
     "unclassified": "every file under memrl/methods needs a role in METHOD_ROLES",
 }
 
@@ -124,8 +128,12 @@ def _role(root: Path, name: str) -> str | None:
     parts = name.split(".")
     if parts[:2] != ["memrl", "methods"] or len(parts) < 3:
         return None
-    rel = "/".join(parts[2:])
-    return METHOD_ROLES.get(rel + ".py") or METHOD_ROLES.get(rel + "/__init__.py")
+    for end in range(len(parts), 2, -1):  # memrl.methods.x.f: the name f of module x
+        rel = "/".join(parts[2:end])
+        role = METHOD_ROLES.get(rel + ".py") or METHOD_ROLES.get(rel + "/__init__.py")
+        if role is not None:
+            return role
+    return None
 
 
 def violations(root: Path) -> list[Violation]:
@@ -148,6 +156,8 @@ def violations(root: Path) -> list[Violation]:
                 add("network-ray")
             if me == "memrl.metrics" and _under(name, "memrl"):
                 add("metrics-leaf")
+            if my_role == "leaf" and _under(name, "memrl"):
+                add("methods-leaf")
             if not _under(name, "memrl"):
                 continue
             below_cli = _under(me, "memrl.methods") or _under(me, "memrl.envs")
@@ -165,12 +175,72 @@ def violations(root: Path) -> list[Violation]:
             if _under(name, "memrl.experiment"):
                 add("method-experiment")
             other = _method_of(name)
-            if other is not None and my_method is not None and other != my_method:
-                add("method-method")
             their_role = _role(root, name)
+            shared_leaf = their_role == "leaf" or my_role == "leaf"
+            if other is not None and my_method is not None and other != my_method:
+                if not shared_leaf:
+                    add("method-method")
             if other == my_method and their_role is not None:
                 if {my_role, their_role} == {"learner", "runner"}:
                     add("learner-runner")
                 if my_role == "module" and their_role == "learner":
                     add("module-learner")
     return list(out.values())
+
+
+def import_graph(root: Path) -> dict[str, set[str]]:
+    """memrl module -> the memrl modules it imports. ``from memrl.x import y`` imports the module
+    ``memrl.x.y`` when there is one (the package ``memrl.x`` is only passed through, as for any
+    submodule), else the name ``y`` of ``memrl.x``."""
+    files = {module_name(root, p): p for p in sorted(root.rglob("*.py"))}
+    graph: dict[str, set[str]] = {}
+    for me, path in files.items():
+        targets = set()
+        found = imports_of(root, path)
+        submodules = {name for name, _ in found if name in files}
+        for name, line in found:
+            if any(sub.startswith(name + ".") and (sub, line) in found for sub in submodules):
+                continue  # ``from name import submodule``: the submodule is the import
+            while name and name not in files:
+                name = name.rpartition(".")[0]
+            if name and name != me:
+                targets.add(name)
+        graph[me] = targets
+    return graph
+
+
+def cycles(root: Path) -> list[list[str]]:
+    """Every group of memrl modules that import each other round in a circle (the strongly
+    connected components of the import graph with more than one module), each sorted."""
+    graph = import_graph(root)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:  # Tarjan's algorithm
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(found)

@@ -1,4 +1,4 @@
-"""Episodes -> rows of packed token sequences, and the advantages computed over them.
+"""Episodes -> rows of packed token sequences (advantages over them: advantages.py).
 
 Every sequence mode produces ``Unit``s from the context policy (memrl/methods/mem1/context.py):
 ``per_turn`` one exact unit per turn, ``packed`` one masked unit per episode (MEM1's
@@ -124,71 +124,6 @@ def slice_rows(cols: dict[str, np.ndarray], index: Sequence[int]) -> dict[str, n
         if k != "vis" and v.ndim == 2:
             sub[k] = v[:, :t]
     return sub
-
-
-def episode_token_sum(
-    values: np.ndarray, cols: dict[str, np.ndarray], num_episodes: int
-) -> np.ndarray:
-    """Per-episode sum of a per-token quantity over loss tokens."""
-    mask = cols["loss_mask"]
-    return np.bincount(cols["episode"][mask], weights=values[mask], minlength=num_episodes)
-
-
-def token_returns(token_rewards: np.ndarray, cols: dict[str, np.ndarray]) -> np.ndarray:
-    """Reward-to-go over each episode's generated tokens, in generation order (gamma = 1).
-
-    Args:
-        token_rewards: (B, T) reward of each loss token (0 elsewhere).
-
-    Returns:
-        (B, T) the sum of the episode's token rewards from this token on (0 off loss).
-    """
-    mask = cols["loss_mask"]
-    ep, order = cols["episode"][mask], cols["token_order"][mask]
-    rew = token_rewards[mask]
-    # Sort by (episode, order descending) and take the running sum within each episode.
-    idx = np.lexsort((-order, ep))
-    running = np.zeros(len(idx))
-    total, prev_ep = 0.0, None
-    for n, k in enumerate(idx):
-        if ep[k] != prev_ep:
-            total, prev_ep = 0.0, ep[k]
-        total += rew[k]
-        running[n] = total
-    out = np.zeros_like(token_rewards, dtype=np.float32)
-    flat = np.zeros(len(idx), dtype=np.float32)
-    flat[idx] = running
-    out[mask] = flat
-    return out
-
-
-def last_token_of_episode(cols: dict[str, np.ndarray], num_episodes: int) -> np.ndarray:
-    """(B, T) bool: the last generated token of each episode (where the outcome reward lands)."""
-    mask = cols["loss_mask"]
-    ep, order = cols["episode"], cols["token_order"]
-    last = np.full(num_episodes, -1, dtype=np.int64)
-    np.maximum.at(last, ep[mask], order[mask])
-    out = np.zeros_like(mask)
-    out[mask] = order[mask] == last[ep[mask]]
-    return out
-
-
-def group_normalized(rewards: np.ndarray, groups: Sequence[str], eps: float = 1e-6) -> np.ndarray:
-    """GRPO advantages: each reward minus its group's mean, over its group's std (+ eps).
-
-    Groups of one get 0 (nothing to compare with). Groups are never mixed: the statistics of a
-    group use only its own members.
-    """
-    rewards = np.asarray(rewards, dtype=np.float64)
-    out = np.zeros_like(rewards)
-    keys = np.asarray(groups)
-    for g in np.unique(keys):
-        idx = np.nonzero(keys == g)[0]
-        if len(idx) < 2:
-            continue
-        r = rewards[idx]
-        out[idx] = (r - r.mean()) / (r.std() + eps)
-    return out
 
 
 def row_lengths(cols: dict[str, Any]) -> np.ndarray:

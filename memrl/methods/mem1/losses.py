@@ -13,15 +13,7 @@ from typing import Literal
 
 import torch
 
-
-def masked_mean(
-    x: torch.Tensor, mask: torch.Tensor, num_tokens: float | torch.Tensor | None = None
-) -> torch.Tensor:
-    """Sum of ``x`` over ``mask`` divided by ``num_tokens`` (default: the mask's count; the
-    result is 0 when the mask is empty)."""
-    mask = mask.to(x.dtype)
-    denom = mask.sum().clamp(min=1.0) if num_tokens is None else num_tokens
-    return (x * mask).sum() / denom
+from memrl.methods.ppo_math import approx_kl, clipped_surrogate_loss, masked_mean
 
 
 def masked_whiten(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
@@ -39,16 +31,16 @@ def clipped_pg_loss(
     clip: float,
     num_tokens: float | torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """PPO's clipped surrogate, per token: -min(ratio * A, clip(ratio, 1 -+ clip) * A)."""
+    """PPO's clipped surrogate, token-mean (ppo_math.clipped_surrogate_loss); ``clipfrac``: the
+    share of tokens where the clipped branch is the one taken."""
     log_ratio = logp - old_logp
     ratio = torch.exp(log_ratio)
-    pg_losses = -advantages * ratio
-    pg_losses_clipped = -advantages * torch.clamp(ratio, 1.0 - clip, 1.0 + clip)
-    pg_loss = masked_mean(torch.maximum(pg_losses, pg_losses_clipped), mask, num_tokens)
+    pg_loss = masked_mean(clipped_surrogate_loss(ratio, advantages, clip), mask, num_tokens)
     with torch.no_grad():
-        clipfrac = masked_mean((pg_losses_clipped > pg_losses).float(), mask, num_tokens)
-        approx_kl = masked_mean((ratio - 1) - log_ratio, mask, num_tokens)
-    return pg_loss, {"clipfrac": clipfrac, "approx_kl": approx_kl}
+        clipped = advantages * torch.clamp(ratio, 1.0 - clip, 1.0 + clip) < advantages * ratio
+        clipfrac = masked_mean(clipped.float(), mask, num_tokens)
+        kl = masked_mean(approx_kl(log_ratio), mask, num_tokens)
+    return pg_loss, {"clipfrac": clipfrac, "approx_kl": kl}
 
 
 def clipped_value_loss(

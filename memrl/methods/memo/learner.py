@@ -42,6 +42,7 @@ from ray.rllib.evaluation.postprocessing import Postprocessing
 from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 
 from memrl.methods.memo.columns import VF_PREDS
+from memrl.methods.ppo_math import approx_kl, clipped_surrogate_loss, masked_mean
 
 
 class MemoPPOLearner(PPOTorchLearner):
@@ -90,10 +91,9 @@ class MemoPPOLearner(PPOTorchLearner):
     ) -> torch.Tensor:
         module = self.module[module_id].unwrapped()
         mask = batch[Columns.LOSS_MASK]
-        steps = mask.sum().clamp(min=1)
 
-        def masked_mean(x: torch.Tensor) -> torch.Tensor:
-            return (x * mask).sum() / steps
+        def mean(x: torch.Tensor) -> torch.Tensor:
+            return masked_mean(x, mask)
 
         dist_cls = module.get_train_action_dist_cls()
         curr = dist_cls.from_logits(fwd_out[Columns.ACTION_DIST_INPUTS])
@@ -121,7 +121,7 @@ class MemoPPOLearner(PPOTorchLearner):
             prev = module.get_exploration_action_dist_cls().from_logits(
                 batch[Columns.ACTION_DIST_INPUTS]
             )
-            kl = masked_mean(prev.kl(curr))
+            kl = mean(prev.kl(curr))
             total = total + self.curr_kl_coeffs_per_module[module_id] * kl
         else:
             kl = torch.zeros((), device=total.device)
@@ -130,15 +130,15 @@ class MemoPPOLearner(PPOTorchLearner):
             values = module.vf.denormalize(v_norm)
             dev = (ratio - 1).abs()
             stats = {
-                POLICY_LOSS_KEY: masked_mean(pg_loss),
-                VF_LOSS_KEY: masked_mean(vf_loss),
-                LEARNER_RESULTS_VF_LOSS_UNCLIPPED_KEY: masked_mean(vf_err),
-                ENTROPY_KEY: masked_mean(entropy),
+                POLICY_LOSS_KEY: mean(pg_loss),
+                VF_LOSS_KEY: mean(vf_loss),
+                LEARNER_RESULTS_VF_LOSS_UNCLIPPED_KEY: mean(vf_err),
+                ENTROPY_KEY: mean(entropy),
                 LEARNER_RESULTS_KL_KEY: kl,
-                "clip_frac": masked_mean((dev > clip).float()),
-                "approx_kl": masked_mean((ratio - 1) - (logp - batch[Columns.ACTION_LOGP])),
-                "value_mean": masked_mean(values),
-                "target_mean": masked_mean(targets),
+                "clip_frac": mean((dev > clip).float()),
+                "approx_kl": mean(approx_kl(logp - batch[Columns.ACTION_LOGP])),
+                "value_mean": mean(values),
+                "target_mean": mean(targets),
                 "value_norm_std": module.vf.stats()[1],
                 LEARNER_RESULTS_VF_EXPLAINED_VAR_KEY: explained_variance(targets, values, mask),
             }
@@ -153,9 +153,9 @@ class MemoPPOLearner(PPOTorchLearner):
             stats["clip_frac_pre_update"] = stats["clip_frac"]
             if module.critic == "shared" and not _distributed():
                 trunk = [*module.encoder.parameters(), *module.net.parameters()]
-                stats["trunk_grad_norm_pi"] = _grad_norm(masked_mean(pg_loss), trunk)
+                stats["trunk_grad_norm_pi"] = _grad_norm(mean(pg_loss), trunk)
                 stats["trunk_grad_norm_vf"] = _grad_norm(
-                    config.vf_loss_coeff * masked_mean(vf_loss), trunk
+                    config.vf_loss_coeff * mean(vf_loss), trunk
                 )
         self.metrics.log_dict(
             {k: v.detach() if isinstance(v, torch.Tensor) else v for k, v in stats.items()},
@@ -186,11 +186,11 @@ def ppo_terms(
     ``vf_err`` (squared value error) and ``vf_loss`` (that error clipped at ``vf_clip``).
     """
     ratio = torch.exp(logp - behaviour_logp)
-    pg_loss = -torch.min(advantages * ratio, advantages * ratio.clamp(1 - clip, 1 + clip))
+    pg_loss = clipped_surrogate_loss(ratio, advantages, clip)
     vf_err = (values - targets) ** 2
     vf_loss = vf_err.clamp(max=vf_clip)
     per_step = pg_loss + vf_coeff * vf_loss - entropy_coeff * entropy
-    total = (per_step * mask).sum() / mask.sum().clamp(min=1)
+    total = masked_mean(per_step, mask)
     return {
         "total": total,
         "ratio": ratio,

@@ -6,14 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from memrl.methods.mem1.batch import (
-    collate,
-    episode_units,
-    group_normalized,
-    last_token_of_episode,
-    pack_rows,
-    token_returns,
-)
+from memrl.methods.mem1.advantages import group_normalized, last_token_of_episode, token_returns
+from memrl.methods.mem1.batch import collate, episode_units, pack_rows
 from memrl.methods.mem1.context import ContextPolicy, Turn, dense_mask, per_turn_units
 from memrl.methods.mem1.losses import (
     clipped_pg_loss,
