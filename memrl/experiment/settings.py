@@ -44,7 +44,10 @@ def from_dict(cls: type[T], data: Any, where: str) -> T:
             kwargs[name] = coerce(data[name], hints[name], key)
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             raise ValueError(f"Missing required key {key}")
-    obj = cls(**kwargs)
+    try:
+        obj = cls(**kwargs)
+    except ValueError as err:  # a __post_init__ check: say where in the config it failed
+        raise ValueError(f"{where or 'the config'}: {err}") from err
     check = getattr(obj, "validate", None)
     if callable(check):
         check(where)

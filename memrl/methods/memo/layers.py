@@ -17,28 +17,32 @@ MODES = ("memo", "fct", "rmt")
 
 @dataclass(frozen=True)
 class MemoConfig:
-    """Sizes and mode of a MemoTransformer."""
+    """Sizes and mode of a MemoTransformer: the one declaration of these settings (the RLModule's
+    config and ``model: {type: memo}`` in YAML extend it)."""
 
-    d_model: int = 64
-    """Width of tokens and hidden states."""
-    n_layers: int = 2
-    """Decoder layers."""
-    n_heads: int = 4
-    """Attention heads (d_model must be divisible by it, head size even for RoPE)."""
-    l_seg: int = 16
-    """Segment length in env steps (memo, rmt)."""
-    l_sum: int = 4
-    """Summary tokens written at the end of each full segment (memo, rmt)."""
     mode: str = "memo"
     """memo (accumulated summaries), fct (full causal context) or rmt (newest summary only)."""
+    d_model: int = 64
+    """Width of tokens and hidden states (paper: 256)."""
+    n_layers: int = 2
+    """Decoder layers (paper: 4)."""
+    n_heads: int = 4
+    """Attention heads (paper: 8; d_model must be divisible by it, head size even for RoPE)."""
     d_mlp: int | None = None
-    """Hidden width of the gated MLP (None: 4 * d_model)."""
+    """Hidden width of the gated MLP (null: 4 * d_model)."""
+    l_seg: int = 16
+    """Segment length in env steps (memo, rmt; paper: 256)."""
+    l_sum: int = 4
+    """Summary tokens written at the end of each full segment (memo, rmt; paper: 32)."""
     fct_window: int | None = None
-    """fct only: attend to the last W steps including the current one (None: all steps)."""
+    """fct only: attend to the last W steps including the current one (streaming FCT; null: the
+    whole trial)."""
     max_summaries: int | None = None
-    """memo only: keep at most this many summary blocks, evicting the oldest (None: all)."""
+    """memo only: keep at most this many summary blocks, evicting the oldest (streaming Memo;
+    null: all)."""
     layer_drop: float = 0.0
-    """Probability that a layer (both residual branches) is skipped in a training forward."""
+    """Probability that a layer (both residual branches) is skipped in a training forward (paper:
+    0.1)."""
     rope_base: float = 10000.0
     """RoPE base."""
     norm_eps: float = 1e-6

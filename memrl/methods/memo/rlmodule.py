@@ -38,8 +38,10 @@ RLlib state (``get_initial_state`` is empty) and:
 
 from __future__ import annotations
 
+import dataclasses
 import random
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import torch
 from ray.rllib.core.columns import Columns
@@ -53,19 +55,69 @@ from memrl.methods.memo.frozen_encoder import FrozenImageEncoder
 from memrl.methods.memo.network import MemoConfig, MemoTransformer
 from memrl.methods.memo.value_head import PopArtHead
 
-NET_KEYS = (
-    "d_model",
-    "n_layers",
-    "n_heads",
-    "l_seg",
-    "l_sum",
-    "mode",
-    "d_mlp",
-    "fct_window",
-    "max_summaries",
-    "layer_drop",
-)
 CRITICS = ("shared", "detached", "separate")
+
+
+@dataclass(frozen=True)
+class MemoModuleConfig(MemoConfig):
+    """MemoRLModule's model_config: the network's fields (MemoConfig) and the module's own.
+
+    ``MemoModelSettings`` (settings.py, ``model: {type: memo}``) extends this class, so each
+    setting and its default is declared once; its ``model_config`` is this class's fields.
+    """
+
+    encoder_hiddens: list[int] = field(default_factory=lambda: [64])
+    """Hidden layers of the observation encoder MLP (GELU)."""
+    seg_randomization: bool = True
+    """Act and learn with a segment length drawn in l_seg * [0.8, 1.2) anew at every weight
+    sync (the same length in the loss pass as when acting; greedy evaluation uses l_seg)."""
+    critic: Literal["shared", "detached", "separate"] = "shared"
+    """The critic's trunk: the policy's features with gradients into them (shared), the same
+    features without (detached), or its own encoder and transformer (separate: twice the
+    learner's compute)."""
+    vf_hiddens: list[int] = field(default_factory=list)
+    """Hidden layers (GELU) of the critic's MLP between its trunk and its output."""
+    value_norm: bool = True
+    """Learn values in normalized units (PopArt: running mean and std of the value targets, the
+    output layer rescaled so de-normalized values never jump); metrics report return units."""
+    value_norm_decay: float = 0.99
+    """Decay per update of the value normalization's running moments."""
+    image_channels: list[int] = field(default_factory=lambda: [16, 32])
+    """Conv channels of the frozen image encoder (3x3 convolutions, ReLU)."""
+    image_features: int = 64
+    """Output width of the frozen image encoder (a fixed random projection)."""
+    image_seed: int = 0
+    """Seed of the frozen image encoder's weights."""
+    seg_seed: int = 0
+    """Seed of the segment-length draws (the run's seed)."""
+    image_slice: list[int] | None = None
+    """[start, stop) of the image part in the flat observation (None: no image encoder)."""
+    image_shape: list[int] | None = None
+    """(H, W, C) of the image part, row-major channels-last."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.critic not in CRITICS:
+            raise ValueError(f"critic must be one of {list(CRITICS)}, got {self.critic!r}")
+
+    @classmethod
+    def from_model_config(cls, model_config: dict[str, Any] | None) -> MemoModuleConfig:
+        """The config of a model_config dict; absent keys take their defaults (a checkpoint's
+        dict may predate a setting); keys of other classes are left aside."""
+        known = {f.name for f in dataclasses.fields(MemoModuleConfig)}
+        return MemoModuleConfig(**{k: v for k, v in (model_config or {}).items() if k in known})
+
+    def network(self) -> MemoConfig:
+        """The MemoTransformer's part of this config."""
+        return MemoConfig(**{f.name: getattr(self, f.name) for f in dataclasses.fields(MemoConfig)})
+
+    def model_config(self) -> dict[str, Any]:
+        """This config as an RLModule model_config dict (lists copied)."""
+        out = {}
+        for f in dataclasses.fields(MemoModuleConfig):
+            value = getattr(self, f.name)
+            out[f.name] = list(value) if isinstance(value, list) else value
+        return out
 
 
 def _mlp(width: int, hiddens: list[int], out: int | None) -> nn.Sequential:
@@ -81,31 +133,26 @@ def _mlp(width: int, hiddens: list[int], out: int | None) -> nn.Sequential:
 class MemoRLModule(TorchRLModule, ValueFunctionAPI):
     """Encoder + MemoTransformer + actor head + critic; see the module docstring for the data path.
 
-    model_config keys: the MemoConfig fields, ``encoder_hiddens`` (list[int]),
-    ``seg_randomization`` (bool), ``seg_seed`` (int), ``critic`` (shared | detached | separate),
-    ``vf_hiddens`` (list[int]: the critic's MLP before its output layer), ``value_norm`` (bool),
-    ``value_norm_decay`` (float), and for a frozen image encoder ``image_slice`` ([start, stop)
-    of the flat observation), ``image_shape`` ([H, W, C], row-major channels-last),
-    ``image_channels``, ``image_features`` and ``image_seed`` (see FrozenImageEncoder).
+    model_config keys: the fields of ``MemoModuleConfig`` (absent ones take its defaults).
     """
 
     def setup(self) -> None:
-        mc = dict(self.model_config or {})
-        self.memo_cfg = MemoConfig(**{k: mc[k] for k in NET_KEYS if k in mc})
-        self.seg_randomization = bool(mc.get("seg_randomization", True))
-        self.critic = str(mc.get("critic", "shared"))
-        if self.critic not in CRITICS:
-            raise ValueError(f"critic must be one of {list(CRITICS)}, got {self.critic!r}")
+        cfg = MemoModuleConfig.from_model_config(self.model_config)
+        self.memo_cfg = cfg.network()
+        self.seg_randomization = bool(cfg.seg_randomization)
+        self.critic = str(cfg.critic)
         obs_dim = int(self.observation_space.shape[0])
         self.visual: FrozenImageEncoder | None = None
         width = obs_dim
-        if mc.get("image_slice") is not None:
-            start, stop = (int(i) for i in mc["image_slice"])
+        if cfg.image_slice is not None:
+            if cfg.image_shape is None:
+                raise ValueError("model_config has image_slice but no image_shape [H, W, C]")
+            start, stop = (int(i) for i in cfg.image_slice)
             self.visual = FrozenImageEncoder(
-                tuple(mc["image_shape"]),
-                tuple(mc.get("image_channels", [16, 32])),
-                int(mc.get("image_features", 64)),
-                int(mc.get("image_seed", 0)),
+                tuple(cfg.image_shape),
+                tuple(cfg.image_channels),
+                int(cfg.image_features),
+                int(cfg.image_seed),
             )
             if not 0 <= start < stop <= obs_dim or stop - start != self.visual.in_dim:
                 raise ValueError(
@@ -116,22 +163,22 @@ class MemoRLModule(TorchRLModule, ValueFunctionAPI):
             self._image = slice(start, stop)
             width = obs_dim - self.visual.in_dim + self.visual.features
         d = self.memo_cfg.d_model
-        hiddens = list(mc.get("encoder_hiddens", [64]))
+        hiddens = list(cfg.encoder_hiddens)
         self.encoder = _mlp(width, hiddens, d)
         self.net = MemoTransformer(self.memo_cfg)
         self.pi = nn.Linear(d, int(self.action_space.n))
         if self.critic == "separate":
             self.critic_encoder = _mlp(width, hiddens, d)
             self.critic_net = MemoTransformer(self.memo_cfg)
-        vf_hiddens = list(mc.get("vf_hiddens", []))
+        vf_hiddens = list(cfg.vf_hiddens)
         self.vf_mlp = _mlp(d, vf_hiddens, None)
         self.vf = PopArtHead(
             vf_hiddens[-1] if vf_hiddens else d,
-            normalize=bool(mc.get("value_norm", False)),
-            decay=float(mc.get("value_norm_decay", 0.99)),
+            normalize=bool(cfg.value_norm),
+            decay=float(cfg.value_norm_decay),
         )
         self._keeper: MemoCacheKeeper | None = None
-        self._seg_rng = random.Random(int(mc.get("seg_seed", 0)))
+        self._seg_rng = random.Random(int(cfg.seg_seed))
         self._acting_seg = self.draw_seg_len(self._seg_rng)
         if self.inference_only:
             self.eval()

@@ -14,64 +14,32 @@ FCT, RMT and streaming variants are modes of the same network (``mode``, ``fct_w
 from __future__ import annotations
 
 import functools
-from dataclasses import asdict, dataclass, field
-from typing import Any, ClassVar, Literal
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
-from memrl.methods.memo.network import MODES, MemoConfig
-from memrl.methods.memo.rlmodule import NET_KEYS, MemoRLModule
+from memrl.methods.memo.rlmodule import MemoModuleConfig, MemoRLModule
 
 
 @dataclass(frozen=True)
-class MemoModelSettings:
-    """Memo / FCT / RMT transformer policy, trained on whole trials with PPO (docs/memo.md)."""
+class MemoModelSettings(MemoModuleConfig):
+    """Memo / FCT / RMT transformer policy, trained on whole trials with PPO (docs/memo.md).
+
+    The network's and the RLModule's settings are those of ``MemoModuleConfig`` (rlmodule.py,
+    extending the network's ``MemoConfig``), declared there once; this class adds what only the
+    wiring needs, and fills the module's derived fields from the experiment (``model_config``).
+    """
 
     TAG_KEY: ClassVar[tuple[str, str]] = ("type", "memo")
 
-    mode: str = "memo"
-    """memo (accumulated summaries), fct (full causal context) or rmt (newest summary only)."""
-    d_model: int = 64
-    """Transformer width (paper: 256)."""
-    n_layers: int = 2
-    """Decoder layers (paper: 4)."""
-    n_heads: int = 4
-    """Attention heads (paper: 8)."""
-    d_mlp: int | None = None
-    """Gated-MLP hidden width (null: 4 * d_model)."""
-    l_seg: int = 16
-    """Segment length in env steps (paper: 256)."""
-    l_sum: int = 4
-    """Summary tokens per segment (paper: 32)."""
-    fct_window: int | None = None
-    """fct only: FIFO window of steps attended (streaming FCT; null: the whole trial)."""
-    max_summaries: int | None = None
-    """memo only: summary blocks kept, oldest evicted first (streaming Memo; null: all)."""
-    seg_randomization: bool = True
-    """Act and learn with a segment length drawn in l_seg * [0.8, 1.2) anew at every weight
-    sync (the same length in the loss pass as when acting; greedy evaluation uses l_seg)."""
-    critic: Literal["shared", "detached", "separate"] = "shared"
-    """The critic's trunk: the policy's features with gradients into them (shared), the same
-    features without (detached), or its own encoder and transformer (separate: twice the
-    learner's compute)."""
-    vf_hiddens: list[int] = field(default_factory=list)
-    """Hidden layers (GELU) of the critic's MLP between its trunk and its output."""
-    value_norm: bool = True
-    """Learn values in normalized units (PopArt: running mean and std of the value targets, the
-    output layer rescaled so de-normalized values never jump); metrics report return units."""
-    value_norm_decay: float = 0.99
-    """Decay per update of the value normalization's running moments."""
-    layer_drop: float = 0.0
-    """Probability of skipping a layer in loss passes (paper: 0.1)."""
-    encoder_hiddens: list[int] = field(default_factory=lambda: [64])
-    """Hidden layers of the observation encoder MLP (GELU)."""
+    seg_seed: int = field(default=0, init=False)
+    """Not a YAML key: the run's seed (``model_config``)."""
+    image_slice: list[int] | None = field(default=None, init=False)
+    """Not a YAML key: resolved from ``image_obs`` (``model_config``)."""
+    image_shape: list[int] | None = field(default=None, init=False)
+    """Not a YAML key: resolved from ``image_obs`` (``model_config``)."""
     image_obs: str | None = None
     """Name of the env's image-like observation part (its ``obs_slices`` entry, with the shape in
     its ``obs_shapes``; ObjNav-lite: "view") to encode with a frozen conv net; null: none."""
-    image_channels: list[int] = field(default_factory=lambda: [16, 32])
-    """Conv channels of the frozen image encoder (3x3 convolutions, ReLU)."""
-    image_features: int = 64
-    """Output width of the frozen image encoder (a fixed random projection)."""
-    image_seed: int = 0
-    """Seed of the frozen image encoder's weights."""
     max_trial_len: int | None = None
     """Longest trial in env steps, the lookback kept per chunk (null: the env's trial_len)."""
     partial_update_steps: int | None = None
@@ -80,12 +48,6 @@ class MemoModelSettings:
     rollout_fragment_length)."""
 
     def validate(self, where: str) -> None:
-        if self.mode not in MODES:
-            raise ValueError(f"{where}.mode must be one of {list(MODES)}, got {self.mode!r}")
-        try:
-            self.memo_config()
-        except ValueError as err:
-            raise ValueError(f"{where}: {err}") from err
         if any(h < 1 for h in self.encoder_hiddens):
             raise ValueError(
                 f"{where}.encoder_hiddens must be positive, got {self.encoder_hiddens}"
@@ -108,33 +70,16 @@ class MemoModelSettings:
             if value is not None and value < 1:
                 raise ValueError(f"{where}.{name} must be null or >= 1, got {value}")
 
-    def memo_config(self) -> MemoConfig:
-        return MemoConfig(**{k: getattr(self, k) for k in NET_KEYS})
-
     def model_config(self, exp: Any = None) -> dict[str, Any]:
-        """The RLModule's model_config; ``exp`` (the experiment) resolves ``image_obs``."""
-        out = {k: v for k, v in asdict(self).items() if k in NET_KEYS}
-        out.update(
-            encoder_hiddens=list(self.encoder_hiddens),
-            seg_randomization=self.seg_randomization,
-            seg_seed=int(getattr(getattr(exp, "run", None), "seed", 0)),
-            critic=self.critic,
-            vf_hiddens=list(self.vf_hiddens),
-            value_norm=self.value_norm,
-            value_norm_decay=self.value_norm_decay,
-        )
+        """The RLModule's model_config; ``exp`` (the experiment) gives the seed and resolves
+        ``image_obs``."""
+        derived: dict[str, Any] = {"seg_seed": int(getattr(getattr(exp, "run", None), "seed", 0))}
         if self.image_obs is not None:
             if exp is None:
                 raise ValueError("model.image_obs needs the experiment's env to resolve it")
             start, stop, shape = self.image_layout(exp)
-            out.update(
-                image_slice=[start, stop],
-                image_shape=list(shape),
-                image_channels=list(self.image_channels),
-                image_features=self.image_features,
-                image_seed=self.image_seed,
-            )
-        return out
+            derived.update(image_slice=[start, stop], image_shape=list(shape))
+        return {**MemoModuleConfig.model_config(self), **derived}
 
     def image_layout(self, exp: Any) -> tuple[int, int, tuple[int, ...]]:
         """(start, stop, (H, W, C)) of ``image_obs`` in the env's flat observation."""
