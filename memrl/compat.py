@@ -20,7 +20,7 @@ MOVED: dict[str, str] = {
     "memrl.config": "memrl.experiment.config",
     "memrl.evaluate": "memrl.experiment.evaluate",
     "memrl.ray_session": "memrl.experiment.ray_session",
-    "memrl.settings": "memrl.experiment.settings",
+    "memrl.settings": "memrl.experiment.dataclass_dicts",
     "memrl.train": "memrl.experiment.train",
     "memrl.tune": "memrl.experiment.tune",
     "memrl.models.builtin": "memrl.methods.baselines",

@@ -6,8 +6,7 @@ different agents (MEM1, full context, last-k, Memo) are measured the same way:
 - context tokens: tokens the model reads at a turn (prompt + kept history), before it generates;
 - peak tokens: the max over turns of context + generated tokens (what must sit in the KV cache);
 - dependency: the sum over generated tokens of the number of tokens each one attends to, i.e. the
-  attention work of generation (a token at position p of a causal sequence attends to p + 1 tokens);
-- KV bytes: the KV-cache size of a number of tokens for a given transformer shape.
+  attention work of generation (a token at position p of a causal sequence attends to p + 1 tokens).
 """
 
 from __future__ import annotations
@@ -51,10 +50,3 @@ def episode_memory_metrics(turns: Sequence[TurnTokens]) -> dict[str, float]:
         "mean_context_tokens": float(sum(t.context for t in turns) / max(1, len(turns))),
         "generated_tokens": float(sum(t.generated for t in turns)),
     }
-
-
-def kv_cache_bytes(
-    tokens: int, *, num_layers: int, num_kv_heads: int, head_dim: int, bytes_per_value: int = 2
-) -> int:
-    """Bytes of a KV cache holding ``tokens`` tokens (keys and values, every layer)."""
-    return 2 * tokens * num_layers * num_kv_heads * head_dim * bytes_per_value

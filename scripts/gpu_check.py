@@ -49,7 +49,7 @@ MODULES = {
         "memrl.cli",
         "memrl.bench.memo_memory",
         "memrl.methods.memo.network",
-        "memrl.experiment.report",
+        "memrl.experiment.tables",
         "pyarrow.parquet",
         "matplotlib.pyplot",
     ],
@@ -69,7 +69,7 @@ MODULES = {
         "memrl.bench.mem1_memory",
         "memrl.envs.text",
         "memrl.methods.mem1.learner",
-        "memrl.experiment.report",
+        "memrl.experiment.tables",
     ],
     "memo-ppo": [
         "ray",
@@ -263,7 +263,7 @@ def _last_line(path: Path) -> str:
 
 def summarize(outcomes: list[Outcome], checks: list[Check], out: Path, header: str) -> str:
     """Writes summary.md and summary.json; returns the markdown."""
-    from memrl.experiment.report import format_table
+    from memrl.experiment.tables import format_table
 
     rows = [
         {

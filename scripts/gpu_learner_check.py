@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _report(rows: list[dict], args: argparse.Namespace, where: str) -> None:
-    from memrl.experiment.report import Plot, write_report
+    from memrl.experiment.tables import Plot, write_report
 
     for row in rows:
         cpu = [r for r in rows if r["model"] == row["model"] and r["device"] == "cpu"]

@@ -182,7 +182,7 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("no CUDA device: this check needs a GPU machine", file=sys.stderr)
         return 2
-    from memrl.experiment.report import format_table
+    from memrl.experiment.tables import format_table
 
     rows: list[dict] = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import numpy as np
 
-    from memrl.experiment.report import Plot, write_report
+    from memrl.experiment.tables import Plot, write_report
     from memrl.methods.mem1.generation.base import GenerationSettings
     from memrl.methods.mem1.generation.vllm import VLLMBackend
     from memrl.methods.mem1.tiny import TinyModelSettings, build_tiny_model, build_tokenizer

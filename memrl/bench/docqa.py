@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 
-from memrl.experiment.report import add_output_arguments
+from memrl.experiment.tables import add_output_arguments
 
 NAME = "docqa"
 
@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     from memrl.envs.doc_qa import DocQAEnv, resources
     from memrl.envs.doc_qa.agent import ScriptedAgent, run_episode
     from memrl.envs.retrieval.app import RetrievalServer
-    from memrl.experiment.report import Plot, write_report
+    from memrl.experiment.tables import Plot, write_report
 
     logging.getLogger("bm25s").setLevel(logging.WARNING)
     rows = []

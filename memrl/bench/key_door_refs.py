@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from memrl.experiment.report import Plot, add_output_arguments, write_report
+from memrl.experiment.tables import Plot, add_output_arguments, write_report
 
 NAME = "key-door-refs"
 

@@ -24,7 +24,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from memrl.experiment.report import Plot, add_output_arguments, write_report
+from memrl.experiment.tables import Plot, add_output_arguments, write_report
 
 logger = logging.getLogger(__name__)
 

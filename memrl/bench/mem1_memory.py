@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from memrl.experiment.report import Plot, add_output_arguments, write_report
+from memrl.experiment.tables import Plot, add_output_arguments, write_report
 
 NAME = "mem1_memory"
 PATHS = ("default", "full_logits")

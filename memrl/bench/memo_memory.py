@@ -17,7 +17,7 @@ import logging
 import time
 from typing import Any
 
-from memrl.experiment.report import Plot, add_output_arguments, write_report
+from memrl.experiment.tables import Plot, add_output_arguments, write_report
 
 NAME = "memo-memory"
 logger = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ import multiprocessing as mp
 import time
 from typing import Any
 
-from memrl.experiment.report import Plot, add_output_arguments, write_report
+from memrl.experiment.tables import Plot, add_output_arguments, write_report
 
 NAME = "memo-train-cost"
 logger = logging.getLogger(__name__)

@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from memrl.experiment.report import Plot, add_output_arguments, write_report
+from memrl.experiment.tables import Plot, add_output_arguments, write_report
 
 NAME = "objnav-memo"
 logger = logging.getLogger(__name__)

@@ -22,7 +22,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from memrl.experiment.report import Plot, add_output_arguments, write_report
+from memrl.experiment.tables import Plot, add_output_arguments, write_report
 
 NAME = "objnav-refs"
 logger = logging.getLogger(__name__)

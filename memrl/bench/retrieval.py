@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 
-from memrl.experiment.report import add_output_arguments
+from memrl.experiment.tables import add_output_arguments
 
 NAME = "retrieval"
 MODES = ("in-process", "http", "ray")
@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     from memrl.envs.retrieval.corpus import save_corpus
     from memrl.envs.retrieval.http import HTTPRetriever
     from memrl.envs.retrieval.local import LocalRetriever, build_index, load_index
-    from memrl.experiment.report import Plot, write_report
+    from memrl.experiment.tables import Plot, write_report
 
     logging.getLogger("bm25s").setLevel(logging.WARNING)
     if args.pin_core and hasattr(os, "sched_setaffinity"):

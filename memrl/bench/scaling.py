@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from memrl.experiment.report import Plot, add_output_arguments, write_report
+from memrl.experiment.tables import Plot, add_output_arguments, write_report
 
 NAME = "scaling"
 ENV_ID = "memrl/DarkKeyToDoor-v0"

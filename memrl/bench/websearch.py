@@ -16,7 +16,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from memrl.experiment.report import Plot, add_output_arguments, write_report
+from memrl.experiment.tables import Plot, add_output_arguments, write_report
 
 logger = logging.getLogger(__name__)
 
@@ -59,7 +59,6 @@ def _throughput(client: Any, urls: list[str], workers: int) -> tuple[float, int]
 
 def run(args: argparse.Namespace) -> int:
     from memrl.envs.web_search.browser import Browser
-    from memrl.envs.web_search.client import WebClient
     from memrl.envs.web_search.config import (
         BrowserConfig,
         CacheConfig,
@@ -69,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
     )
     from memrl.envs.web_search.policy import UrlPolicy
     from memrl.envs.web_search.testsite import ARTICLES, LocalSite
+    from memrl.envs.web_search.web_client import WebClient
 
     if args.pages < 2 or args.starts < 1:
         raise ValueError(f"--pages must be >= 2 and --starts >= 1, got {args.pages}, {args.starts}")

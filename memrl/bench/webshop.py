@@ -18,7 +18,7 @@ import argparse
 import os
 from typing import Any
 
-from memrl.experiment.report import Plot, add_output_arguments, write_report
+from memrl.experiment.tables import Plot, add_output_arguments, write_report
 
 NAME = "webshop"
 

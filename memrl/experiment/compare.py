@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 import yaml
 
-from memrl.experiment.report import axis_label, format_number, read_table, write_report
 from memrl.experiment.run_dir import CONFIG, METRICS
 from memrl.experiment.run_plots import short_count, smoothing_window
+from memrl.experiment.tables import axis_label, format_number, read_table, write_report
 
 GRID_POINTS = 200
 """Points of the common env-step grid of the curves."""

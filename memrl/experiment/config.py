@@ -28,14 +28,11 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import yaml
 
-from memrl.experiment.settings import coerce, from_dict, to_dict
-
-if TYPE_CHECKING:
-    pass
+from memrl.experiment.dataclass_dicts import coerce, from_dict, to_dict
 
 ALGORITHMS: dict[str, str] = {
     "ppo": "memrl.methods.ppo:PPOSettings",

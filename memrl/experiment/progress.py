@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 from memrl.experiment.memory_verdict import memory_line, success_line
-from memrl.experiment.report import format_table
+from memrl.experiment.tables import format_table
 
 
 def flatten(result: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from memrl.experiment.config import ExperimentConfig
-from memrl.experiment.report import frame_of_parquet
+from memrl.experiment.tables import frame_of_parquet
 
 CONFIG = "config.yaml"
 METRICS = "metrics.parquet"

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from memrl.experiment.report import integer_ticks
+from memrl.experiment.tables import integer_ticks
 
 INNER_SHOWN = 6
 """Inner-episode indices drawn one by one (later ones would only crowd the panel)."""

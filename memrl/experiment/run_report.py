@@ -34,8 +34,8 @@ from typing import Any
 import yaml
 
 from memrl.experiment.memory_verdict import gain_is_clear, recalls, recent_gain_noise
-from memrl.experiment.report import format_number, read_table
 from memrl.experiment.run_dir import CONFIG, EVAL, METRICS, REPORT, RunDir, is_uri
+from memrl.experiment.tables import format_number, read_table
 
 logger = logging.getLogger(__name__)
 

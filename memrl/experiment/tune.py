@@ -306,7 +306,7 @@ def trials_table(grid: Any, settings: TuneSettings) -> tuple[list[dict[str, Any]
 def summary_text(
     rows: list[dict[str, Any]], settings: TuneSettings, finished: bool, out: str
 ) -> str:
-    from memrl.experiment.report import format_table
+    from memrl.experiment.tables import format_table
 
     last, best_col = f"{settings.metric}_last", f"{settings.metric}_best"
     sign = 1 if settings.mode == "max" else -1

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from memrl.experiment.settings import from_dict
+from memrl.experiment.dataclass_dicts import from_dict
 
 if TYPE_CHECKING:
     from memrl.experiment.config import ExperimentConfig

@@ -16,7 +16,7 @@ import pytest
 from local_cluster import RAY, local_cluster, wait_for
 from memrl_testing import REPO, write_config
 
-from memrl.experiment.report import read_table
+from memrl.experiment.tables import read_table
 
 pytestmark = pytest.mark.slow
 

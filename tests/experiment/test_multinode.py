@@ -27,7 +27,7 @@ import yaml
 from local_cluster import LocalCluster, local_cluster, wait_for
 from memrl_testing import REPO, write_config
 
-from memrl.experiment.report import read_table
+from memrl.experiment.tables import read_table
 
 pytestmark = pytest.mark.slow
 

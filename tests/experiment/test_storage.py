@@ -10,7 +10,6 @@ import pytest
 from memrl_testing import TINY
 
 from memrl.experiment.config import parse_config
-from memrl.experiment.report import read_table
 from memrl.experiment.run_dir import (
     STATE_FILE,
     RunDir,
@@ -18,6 +17,7 @@ from memrl.experiment.run_dir import (
     open_filesystem,
     run_location,
 )
+from memrl.experiment.tables import read_table
 
 
 class Saver:

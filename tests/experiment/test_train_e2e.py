@@ -11,7 +11,7 @@ import pytest
 import yaml
 from memrl_testing import memrl_background, memrl_cli, write_config
 
-from memrl.experiment.report import read_table
+from memrl.experiment.tables import read_table
 
 pytestmark = pytest.mark.slow
 

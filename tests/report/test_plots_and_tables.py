@@ -10,8 +10,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from memrl.experiment import report  # noqa: E402
-from memrl.experiment.report import (  # noqa: E402
+from memrl.experiment import tables  # noqa: E402
+from memrl.experiment.tables import (  # noqa: E402
     Plot,
     axis_label,
     format_number,
@@ -75,7 +75,7 @@ def test_benchmark_png_has_no_empty_panels_and_readable_labels(tmp_path, monkeyp
         for s, k in (("mem1", 10), ("full", 100))
         for b in (1, 2)
     ]
-    report.write_report(
+    tables.write_report(
         "t",
         rows,
         tmp_path,

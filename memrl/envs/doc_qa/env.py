@@ -162,7 +162,7 @@ class DocQAEnv(gym.Env):
         if cfg.tasks is not None:
             tasks = resources.tasks_from_file(cfg.tasks, cfg.split)
         else:
-            tasks = resources.synthetic_tasks(
+            tasks = resources.cached_synthetic_tasks(
                 cfg.synthetic_passages, cfg.seed, cfg.objectives, cfg.num_tasks, cfg.split,
                 cfg.test_fraction, cfg.multi_hop_fraction, cfg.synthetic_redraw,
             )  # fmt: skip

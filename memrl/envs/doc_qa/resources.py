@@ -106,7 +106,7 @@ def tasks_from_file(path: str, split: str):
     return _cached(("tasks", str(Path(path).resolve()), split), lambda: load_tasks(path, split))
 
 
-def synthetic_tasks(
+def cached_synthetic_tasks(
     num_passages: int,
     seed: int,
     objectives: int,

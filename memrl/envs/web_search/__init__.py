@@ -6,7 +6,7 @@ retries), ``browser`` (the Chromium pool), ``proxy`` and ``policy`` (URL safety)
 site for tests and benchmarks). Selenium is imported only when a browser starts.
 """
 
-from memrl.envs.web_search.client import WebClient
 from memrl.envs.web_search.env import WebSearchQAEnv
+from memrl.envs.web_search.web_client import WebClient
 
 __all__ = ["WebClient", "WebSearchQAEnv"]

@@ -17,9 +17,9 @@ from typing import Any
 from urllib.parse import parse_qs, quote_plus, urlsplit
 
 from memrl.envs.text import clean_text
+from memrl.envs.web_search.api_client import HttpClient, HttpError
 from memrl.envs.web_search.browser import Loaded
 from memrl.envs.web_search.config import SearchConfig, from_dict
-from memrl.envs.web_search.httpclient import HttpClient, HttpError
 from memrl.envs.web_search.policy import join_url, split_url
 
 logger = logging.getLogger(__name__)

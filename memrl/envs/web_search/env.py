@@ -24,7 +24,6 @@ from memrl.envs.text import (
     strip_blocks,
     text_space,
 )
-from memrl.envs.web_search.client import PageOutcome, SearchOutcome, WebClient
 from memrl.envs.web_search.config import (
     BrowserConfig,
     CacheConfig,
@@ -35,6 +34,7 @@ from memrl.envs.web_search.config import (
 )
 from memrl.envs.web_search.extract import truncate_tokens
 from memrl.envs.web_search.tasks import load_tasks
+from memrl.envs.web_search.web_client import PageOutcome, SearchOutcome, WebClient
 
 REWARD_METRICS = ("em", "f1")
 

@@ -123,9 +123,3 @@ def register_world(world: WebShopWorld) -> None:
     """Makes ``world`` the process-wide world of its spec (e.g. one built from a catalogue)."""
     with _LOCK:
         _WORLDS[world.spec] = world
-
-
-def clear_worlds() -> None:
-    """Drops the cached worlds of this process (frees their memory)."""
-    with _LOCK:
-        _WORLDS.clear()

@@ -80,13 +80,12 @@ class MemoConfig:
 
 
 class RMSNorm(nn.Module):
+    """The scale of an RMSNorm (applied with ``F.rms_norm`` by ``MemoTransformer._layers``)."""
+
     def __init__(self, dim: int, eps: float) -> None:
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
 
 
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -129,7 +128,8 @@ class Attention(nn.Module):
 
 
 class GatedMLP(nn.Module):
-    """down(gelu(gate(x)) * up(x)), with gate and up fused into one (2h, d) weight."""
+    """down(gelu(gate(x)) * up(x)), with gate and up fused into one (2h, d) weight (applied by
+    ``MemoTransformer._layers``)."""
 
     def __init__(self, cfg: MemoConfig) -> None:
         super().__init__()
@@ -137,10 +137,6 @@ class GatedMLP(nn.Module):
         self.gate_up = nn.Linear(cfg.d_model, 2 * self.hidden, bias=False)
         self.down = nn.Linear(self.hidden, cfg.d_model, bias=False)
         self._register_load_state_dict_pre_hook(_fuse_old_keys(("gate", "up"), "gate_up"))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = F.linear(x, self.gate_up.weight).chunk(2, dim=-1)
-        return F.linear(F.gelu(gate) * up, self.down.weight)
 
 
 class Block(nn.Module):

@@ -13,10 +13,10 @@ import pytest
 from websearch_helpers import FAST_FETCH, WITH_DENIED_TARGETS, chromium_descendants
 
 from memrl.envs.web_search.backends import build_backend
-from memrl.envs.web_search.client import WebClient
 from memrl.envs.web_search.config import BrowserConfig, CacheConfig, SearchConfig
 from memrl.envs.web_search.pool import BrowserPool
 from memrl.envs.web_search.testsite import JS_FACT
+from memrl.envs.web_search.web_client import WebClient
 
 
 @pytest.fixture(scope="module")

@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 from websearch_helpers import LOCAL_ONLY
 
+from memrl.envs.web_search.api_client import HttpClient
 from memrl.envs.web_search.backends import (
     PRESETS,
     HtmlBackend,
@@ -16,7 +17,6 @@ from memrl.envs.web_search.backends import (
 from memrl.envs.web_search.cache import WebCache
 from memrl.envs.web_search.config import CacheConfig, SearchConfig, from_dict
 from memrl.envs.web_search.extract import extract, is_text_type, truncate_tokens
-from memrl.envs.web_search.httpclient import HttpClient
 from memrl.envs.web_search.policy import UrlPolicy
 from memrl.envs.web_search.tasks import load_tasks
 

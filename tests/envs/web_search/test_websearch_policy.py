@@ -8,12 +8,12 @@ import socket
 import pytest
 from websearch_helpers import FAST_FETCH, LOCAL_ONLY, WITH_DENIED_TARGETS
 
+from memrl.envs.web_search.api_client import HttpClient, HttpError
 from memrl.envs.web_search.cache import WebCache
-from memrl.envs.web_search.client import WebClient
 from memrl.envs.web_search.config import CacheConfig, SafetyConfig, SearchConfig
-from memrl.envs.web_search.httpclient import HttpClient, HttpError
 from memrl.envs.web_search.policy import HostRateLimiter, UrlDenied, UrlPolicy, normalize_host
 from memrl.envs.web_search.proxy import BLOCKED_HEADER, SafetyProxy
+from memrl.envs.web_search.web_client import WebClient
 
 
 @pytest.mark.parametrize(

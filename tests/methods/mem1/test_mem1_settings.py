@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from memrl.envs import make_env
-from memrl.experiment.settings import from_dict
+from memrl.experiment.dataclass_dicts import from_dict
 from memrl.methods.mem1.context import ContextPolicy
 from memrl.methods.mem1.settings import Mem1Settings
 from memrl.methods.mem1.tiny import build_tokenizer, env_texts

@@ -3,15 +3,12 @@
 ``from_dict(cls, data, where)`` maps a dict onto a frozen dataclass 1:1: unknown keys, missing
 required keys and values of the wrong type raise ``ValueError``/``TypeError`` whose message names
 the dotted key path, what was received and what is allowed. Every field carries a docstring
-(the string literal under it), which ``field_docs`` reads back for ``--help``-style listings.
+(the string literal under it). ``to_dict`` is the way back (what config.yaml holds).
 """
 
 from __future__ import annotations
 
-import ast
 import dataclasses
-import inspect
-import textwrap
 import types
 import typing
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin
@@ -125,26 +122,6 @@ def to_dict(obj: Any) -> Any:
     if isinstance(obj, dict):
         return {k: to_dict(v) for k, v in obj.items()}
     return obj
-
-
-def field_docs(cls: type) -> dict[str, str]:
-    """Field name -> the docstring written under it in the class body."""
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
-    except (OSError, TypeError):
-        return {}
-    body = tree.body[0].body  # type: ignore[attr-defined]
-    docs = {}
-    for node, nxt in zip(body, body[1:], strict=False):
-        if (
-            isinstance(node, ast.AnnAssign)
-            and isinstance(node.target, ast.Name)
-            and isinstance(nxt, ast.Expr)
-            and isinstance(nxt.value, ast.Constant)
-            and isinstance(nxt.value.value, str)
-        ):
-            docs[node.target.id] = " ".join(nxt.value.value.split())
-    return docs
 
 
 def _join(where: str, key: str) -> str:

@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 
 from memrl.envs.text import clean_text
+from memrl.envs.web_search.api_client import HttpClient
 from memrl.envs.web_search.backends import SearchFailed, SearchResult, build_backend
 from memrl.envs.web_search.browser import Loaded
 from memrl.envs.web_search.cache import WebCache
@@ -29,7 +30,6 @@ from memrl.envs.web_search.config import (
     SearchConfig,
 )
 from memrl.envs.web_search.extract import Page, extract, is_text_type
-from memrl.envs.web_search.httpclient import HttpClient
 from memrl.envs.web_search.policy import HostRateLimiter, UrlDenied, UrlPolicy, host_of
 from memrl.envs.web_search.pool import BrowserPool
 
