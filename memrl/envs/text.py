@@ -12,14 +12,16 @@ last-k) and any generation backend:
     - ``task`` (dict): what a prompt template needs (QA: ``questions``; WebShop: ``instruction``);
     - ``max_turns`` (int): the turn limit of this episode.
 
-    ``options={"task_index": i}`` picks a task deterministically (evaluation, GRPO groups).
+    ``options={"task_index": i}`` picks a task deterministically (evaluation, GRPO groups);
+    every env reads it with ``pick_task``.
 
 ``step(action: str) -> (observation, reward, terminated, truncated, info)``
     ``action`` is the model's whole generated text for the turn (state block included); the env
     parses the action tags out of it. Any string is legal input: malformed actions produce an
     observation that says what was wrong, never an exception. The observation already holds the
-    turns-left hint. ``info`` carries ``format_error`` (bool) and the env's own outcome metrics
-    (QA: ``em``, ``f1``, ``num_searches``; WebShop: ``score``, ``success``).
+    turns-left hint (``turns_left_hint``, the same wording in every env). ``info`` carries
+    ``format_error`` (bool) and the env's own outcome metrics (QA: ``em``, ``f1``,
+    ``num_searches``; WebShop: ``score``, ``success``).
 
     Every env passes the action through ``action_text`` first: non-strings become strings, an
     action longer than the env's ``max_action_chars`` is refused with an observation that says
@@ -36,8 +38,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import gymnasium as gym
+import numpy as np
 
 MAX_TEXT_CHARS = 1_000_000
 """Upper bound of the Text spaces; the real limits (turn tokens, page size) are the envs' own."""
@@ -152,3 +156,41 @@ def first_tagged(text: str, tags: tuple[str, ...]) -> tuple[str, str] | None:
     start, tag = best
     begin = start + len(f"<{tag}>")
     return tag, text[begin : text.find(f"</{tag}>", begin)]
+
+
+def pick_task(
+    np_random: np.random.Generator, options: dict[str, Any] | None, num_tasks: int, where: str
+) -> int:
+    """The task index of an episode: ``options["task_index"]``, else one drawn from
+    ``np_random`` (the env's seeded generator).
+
+    Args:
+        where: what the tasks are, for the error message (e.g. "split 'test'").
+
+    Raises:
+        TypeError: task_index is not an int.
+        ValueError: task_index is outside 0..num_tasks - 1.
+    """
+    index = (options or {}).get("task_index")
+    if index is None:
+        return int(np_random.integers(num_tasks))
+    if isinstance(index, bool) or not isinstance(index, int | np.integer):
+        raise TypeError(f"options['task_index'] must be an int, got {index!r}")
+    if not 0 <= index < num_tasks:
+        raise ValueError(
+            f"task_index {index} is outside {where} (0..{num_tasks - 1}): out of range of its "
+            f"{num_tasks} tasks; give one in range, or no task_index for a random task."
+        )
+    return int(index)
+
+
+def turns_left_hint(turns_left: int, last_turn: str) -> str:
+    """The ``[HINT]`` block that tells the agent how many turns remain; ``last_turn`` (what it
+    must do now) is added when one remains."""
+    if turns_left <= 0:
+        text = "You have no turns left."
+    elif turns_left == 1:
+        text = f"You have 1 turn left. {last_turn}"
+    else:
+        text = f"You have {turns_left} turns left."
+    return f"[HINT]{text}[/HINT]"

@@ -31,8 +31,10 @@ from memrl.envs.text import (
     action_text,
     clean_text,
     first_tagged,
+    pick_task,
     strip_blocks,
     text_space,
+    turns_left_hint,
 )
 
 logger = logging.getLogger(__name__)
@@ -193,18 +195,7 @@ class DocQAEnv(gym.Env):
     ) -> tuple[str, dict[str, Any]]:
         """Starts an episode on a random task, or on ``options["task_index"]``."""
         super().reset(seed=seed)
-        options = options or {}
-        if "task_index" in options:
-            index = options["task_index"]
-            if isinstance(index, bool) or not isinstance(index, int):
-                raise TypeError(f"options['task_index'] must be an int, got {index!r}")
-            if not 0 <= index < len(self.tasks):
-                raise ValueError(
-                    f"task_index {index} is out of range: split {self.config.split!r} has "
-                    f"{len(self.tasks)} tasks (0..{len(self.tasks) - 1})."
-                )
-        else:
-            index = int(self.np_random.integers(len(self.tasks)))
+        index = pick_task(self.np_random, options, len(self.tasks), f"split {self.config.split!r}")
         self.task = self.tasks[index]
         if self.config.synthetic_redraw != "none":
             cfg = self.config
@@ -341,13 +332,7 @@ class DocQAEnv(gym.Env):
 
     @staticmethod
     def _hint(turns_left: int) -> str:
-        if turns_left > 1:
-            return f"[HINT]You have {turns_left} turns left.[/HINT]"
-        if turns_left == 1:
-            return (
-                "[HINT]You have 1 turn left. You must answer the question in the next turn.[/HINT]"
-            )
-        return "[HINT]You have no turns left.[/HINT]"
+        return turns_left_hint(turns_left, "You must answer the question in the next turn.")
 
     def _format_hits(self, hits: list[Hit]) -> str:
         if not hits:

@@ -21,8 +21,10 @@ from memrl.envs.text import (
     clean_text,
     echo,
     first_tagged,
+    pick_task,
     strip_blocks,
     text_space,
+    turns_left_hint,
 )
 from memrl.envs.web_search.config import (
     BrowserConfig,
@@ -108,12 +110,8 @@ class WebSearchQAEnv(gym.Env):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[str, dict[str, Any]]:
         super().reset(seed=seed)
-        index = (options or {}).get("task_index")
-        if index is None:
-            index = int(self.np_random.integers(len(self.tasks)))
-        if not 0 <= int(index) < len(self.tasks):
-            raise ValueError(f"options.task_index={index} is outside [0, {len(self.tasks)})")
-        self._task = self.tasks[int(index)]
+        index = pick_task(self.np_random, options, len(self.tasks), "the env's tasks")
+        self._task = self.tasks[index]
         self._turn = 0
         self._done = False
         self._listing = []
@@ -255,13 +253,10 @@ class WebSearchQAEnv(gym.Env):
 
     # -- observations ----------------------------------------------------------------------------
     def _hint(self) -> str:
-        left = self.max_turns - self._turn
-        if left <= 1:
-            return (
-                f"[HINT]You have {left} turn left. You must give your final answer now "
-                f"in <{self.tags.answer}>...</{self.tags.answer}>.[/HINT]"
-            )
-        return f"[HINT]You have {left} turns left.[/HINT]"
+        return turns_left_hint(
+            self.max_turns - self._turn,
+            f"You must give your final answer now in <{self.tags.answer}>...</{self.tags.answer}>.",
+        )
 
     def _observe(
         self, body: str, format_error: bool = False

@@ -17,7 +17,14 @@ from typing import Any
 
 import gymnasium as gym
 
-from memrl.envs.text import MAX_ACTION_CHARS, action_text, clean_text, text_space
+from memrl.envs.text import (
+    MAX_ACTION_CHARS,
+    action_text,
+    clean_text,
+    pick_task,
+    text_space,
+    turns_left_hint,
+)
 from memrl.envs.webshop.engine import OBSERVATION_MODES, Session, StepResult, WebShopEngine
 from memrl.envs.webshop.world import CatalogueSpec, get_world
 
@@ -153,16 +160,7 @@ class WebShopEnv(gym.Env):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[str, dict[str, Any]]:
         super().reset(seed=seed)
-        options = options or {}
-        if "task_index" in options:
-            i = int(options["task_index"])
-            if not 0 <= i < len(self.task_indices):
-                raise ValueError(
-                    f"task_index {i} is outside split {self.split!r} "
-                    f"(0..{len(self.task_indices) - 1})."
-                )
-        else:
-            i = int(self.np_random.integers(len(self.task_indices)))
+        i = pick_task(self.np_random, options, len(self.task_indices), f"split {self.split!r}")
         self.task_index = i
         goal_index = self.task_indices[i]
         goal = self.world.goal(goal_index)
@@ -225,10 +223,10 @@ class WebShopEnv(gym.Env):
         return self._wrap(page, message)
 
     def _wrap(self, page: str, message: str = "") -> str:
-        left = self.max_turns - self.turn
-        hint = f"You have {left} turn{'s' if left != 1 else ''} left."
-        if left == 1:
-            hint += " Your next action is the last: click[buy now] on an item page to purchase."
+        hint = turns_left_hint(
+            self.max_turns - self.turn,
+            "Your next action is the last: click[buy now] on an item page to purchase.",
+        )
         acts = self.available_actions() if self.session is not None else {"clickables": []}
         listed = (["search[<keywords>]"] if acts.get("has_search_bar") else []) + [
             f"click[{c}]" for c in acts["clickables"] if c != "search"
@@ -236,8 +234,7 @@ class WebShopEnv(gym.Env):
         note = f"Invalid action: {message}\n" if message else ""
         st = self.tags["state"]
         return clean_text(
-            f"<{st}>[HINT]{hint}[/HINT]\n{note}{page}\n"
-            f"Current available actions: [{', '.join(listed)}]</{st}>"
+            f"<{st}>{hint}\n{note}{page}\nCurrent available actions: [{', '.join(listed)}]</{st}>"
         )
 
     def _format_help(self) -> str:
