@@ -19,6 +19,7 @@ an inner episode ``inner_episode_done=True``, ``inner_episode_return``, ``inner_
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -30,12 +31,159 @@ TRIAL_ENDS = ("truncate", "terminate")
 """How a trial's time limit reaches RLlib: ``truncate`` (the learner bootstraps the value of the
 last state, as if the trial went on) or ``terminate`` (the return ends with the trial)."""
 
-_MOVES = np.array([[0, 0], [0, 1], [0, -1], [-1, 0], [1, 0]], dtype=np.int64)
-NUM_ACTIONS = len(_MOVES)
+MOVES = np.array([[0, 0], [0, 1], [0, -1], [-1, 0], [1, 0]], dtype=np.int64)
+"""(dx, dy) of each action: no-op, up, down, left, right."""
+NUM_ACTIONS = len(MOVES)
+
+
+def moved(pos: tuple[int, int], action: int, size: int) -> tuple[int, int]:
+    """The cell that ``action`` leads to from ``pos`` on a ``size`` x ``size`` grid (moves are
+    clipped at the walls)."""
+    dx, dy = (int(d) for d in MOVES[action])
+    return min(max(pos[0] + dx, 0), size - 1), min(max(pos[1] + dy, 0), size - 1)
+
+
+class KeyDoorCore:
+    """The state and rules of ``n`` Dark-Key-To-Door trials, stepped together with numpy.
+
+    Both envs are built on it: ``DarkKeyToDoorEnv`` is one trial (n = 1), and
+    ``DarkKeyToDoorVectorEnv`` n of them with gymnasium's autoreset; the rules live only here.
+    Arrays are indexed by env: ``pos``, ``start``, ``key``, ``door`` (n, 2) cells; ``has_key`` (n,);
+    ``t`` (n,) steps into the inner episode; ``trial_t`` (n,) into the trial; ``inner`` (n,) the
+    inner episode's index; ``inner_return`` (n,).
+    """
+
+    def __init__(
+        self,
+        n: int,
+        size: int,
+        episode_len: int,
+        trial_len: int,
+        dark: bool,
+        in_context_inputs: bool,
+        trial_end: str,
+    ) -> None:
+        if trial_end not in TRIAL_ENDS:
+            raise ValueError(f"trial_end must be one of {list(TRIAL_ENDS)}, got {trial_end!r}")
+        for name, value, low in (
+            ("size", size, 2),
+            ("episode_len", episode_len, 1),
+            ("trial_len", trial_len, 1),
+        ):
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise ValueError(f"DarkKeyToDoor {name} must be an int >= {low}, got {value!r}")
+        self.n, self.size, self.episode_len, self.trial_len = n, size, episode_len, trial_len
+        self.dark, self.in_context_inputs = bool(dark), bool(in_context_inputs)
+        self.trial_end = trial_end
+        self.base = 4 + (0 if self.dark else 4)
+        """Where the in-context inputs start in an observation."""
+        self.obs_dim = self.base + (NUM_ACTIONS + 2 if self.in_context_inputs else 0)
+        self.start = np.zeros((n, 2), np.int64)
+        self.key = np.zeros((n, 2), np.int64)
+        self.door = np.zeros((n, 2), np.int64)
+        self.pos = np.zeros((n, 2), np.int64)
+        self.has_key = np.zeros(n, bool)
+        self.t = np.zeros(n, np.int64)
+        self.trial_t = np.zeros(n, np.int64)
+        self.inner = np.zeros(n, np.int64)
+        self.inner_return = np.zeros(n, np.float64)
+
+    def observation_space(self) -> gym.spaces.Box:
+        """The space of one env's observation."""
+        return gym.spaces.Box(-1.0, 1.0, shape=(self.obs_dim,), dtype=np.float32)
+
+    def new_trials(self, envs: np.ndarray, rngs: Sequence[np.random.Generator]) -> None:
+        """Draws a fresh layout for each env in ``envs`` from its own generator ``rngs[i]``."""
+        for i in envs:
+            cells = rngs[i].integers(0, self.size, size=(3, 2))
+            self.start[i], self.key[i], self.door[i] = cells[0], cells[1], cells[2]
+        self.trial_t[envs] = 0
+        self.inner[envs] = 0
+        self.soft_reset(envs)
+
+    def soft_reset(self, envs: np.ndarray) -> None:
+        """Starts a new inner episode: back at the start cell, without the key; layout kept."""
+        self.pos[envs] = self.start[envs]
+        self.has_key[envs] = False
+        self.t[envs] = 0
+        self.inner_return[envs] = 0.0
+
+    def move(
+        self, actions: np.ndarray, live: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """One step of the envs in ``live`` (bool (n,)); the others stand still.
+
+        Returns:
+            (reward, success, trial_over, inner_done), each (n,): +1 on first reaching the key
+            and on reaching the door with it (success); the trial's time is up; the inner
+            episode ends (success, its time is up, or the trial's).
+        """
+        pos = np.clip(self.pos + MOVES[actions], 0, self.size - 1)
+        self.pos = np.where(live[:, None], pos, self.pos)
+        self.t += live
+        self.trial_t += live
+        at_key = (self.pos == self.key).all(axis=1)
+        at_door = (self.pos == self.door).all(axis=1)
+        got_key = live & ~self.has_key & at_key
+        success = live & self.has_key & at_door
+        self.has_key |= got_key
+        reward = (got_key | success).astype(np.float64)
+        self.inner_return += reward
+        trial_over = live & (self.trial_t >= self.trial_len)
+        inner_done = live & (success | (self.t >= self.episode_len) | trial_over)
+        return reward, success, trial_over, inner_done
+
+    def inner_episode_info(self, success: np.ndarray) -> dict[str, np.ndarray]:
+        """What an ending inner episode reports (read before ``next_inner_episodes``)."""
+        return {
+            "inner_episode": self.inner.copy(),
+            "inner_episode_step": self.t.copy(),
+            "inner_episode_return": self.inner_return.copy(),
+            "inner_episode_success": success.copy(),
+        }
+
+    def next_inner_episodes(self, inner_done: np.ndarray, trial_over: np.ndarray) -> None:
+        """Soft-resets the envs whose inner episode ended within a trial that goes on."""
+        soft = np.flatnonzero(inner_done & ~trial_over)
+        self.inner[soft] += 1
+        self.soft_reset(soft)
+
+    def ends(self, trial_over: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(terminated, truncated) of a trial that ended on time: truncated (its last state's
+        value is bootstrapped) or, with trial_end="terminate", terminated."""
+        never = np.zeros_like(trial_over)
+        if self.trial_end == "terminate":
+            return trial_over.copy(), never
+        return never, trial_over.copy()
+
+    def observe(self, prev_action: np.ndarray | None, prev_reward: np.ndarray) -> np.ndarray:
+        """A fresh (n, obs_dim) float32 array (RLlib keeps each row, so buffers are not reused).
+
+        Args:
+            prev_action: (n,) the action of the step that led here, -1 for none; None: none.
+            prev_reward: (n,) its reward.
+        """
+        s = self.size
+        obs = np.zeros((self.n, self.obs_dim), np.float32)
+        obs[:, 0:2] = self.pos / s
+        obs[:, 2] = self.has_key
+        obs[:, 3] = self.t / self.episode_len
+        if not self.dark:
+            obs[:, 4:6] = self.key / s
+            obs[:, 6:8] = self.door / s
+        if self.in_context_inputs:
+            base = self.base
+            if prev_action is not None:
+                acted = np.flatnonzero(prev_action >= 0)
+                obs[acted, base + prev_action[acted]] = 1.0
+            obs[:, base + NUM_ACTIONS] = prev_reward
+            obs[:, base + NUM_ACTIONS + 1] = self.t == 0
+        return obs
 
 
 class DarkKeyToDoorEnv(gym.Env):
-    """The Dark-Key-To-Door grid world; one env episode is one trial of many inner episodes."""
+    """The Dark-Key-To-Door grid world; one env episode is one trial of many inner episodes
+    (``KeyDoorCore`` with one env)."""
 
     metadata = {"render_modes": ["ansi"]}
 
@@ -49,103 +197,66 @@ class DarkKeyToDoorEnv(gym.Env):
         render_mode: str | None = None,
         trial_end: str = "truncate",
     ) -> None:
-        if trial_end not in TRIAL_ENDS:
-            raise ValueError(f"trial_end must be one of {list(TRIAL_ENDS)}, got {trial_end!r}")
-        for name, value, low in (
-            ("size", size, 2),
-            ("episode_len", episode_len, 1),
-            ("trial_len", trial_len, 1),
-        ):
-            if not isinstance(value, int) or isinstance(value, bool) or value < low:
-                raise ValueError(f"DarkKeyToDoor {name} must be an int >= {low}, got {value!r}")
+        self.core = KeyDoorCore(1, size, episode_len, trial_len, dark, in_context_inputs, trial_end)
         if render_mode not in (None, "ansi"):
             raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
-        self.size = size
-        self.episode_len = episode_len
-        self.trial_len = trial_len
-        self.dark = bool(dark)
-        self.in_context_inputs = bool(in_context_inputs)
+        self.size, self.episode_len, self.trial_len = size, episode_len, trial_len
+        self.dark, self.in_context_inputs = self.core.dark, self.core.in_context_inputs
         self.render_mode = render_mode
         self.trial_end = trial_end
-        obs_dim = 4 + (0 if self.dark else 4) + (NUM_ACTIONS + 2 if self.in_context_inputs else 0)
-        self.observation_space = gym.spaces.Box(-1.0, 1.0, shape=(obs_dim,), dtype=np.float32)
+        self.observation_space = self.core.observation_space()
         self.action_space = gym.spaces.Discrete(NUM_ACTIONS)
-        self._start = np.zeros(2, np.int64)
-        self._key = np.zeros(2, np.int64)
-        self._door = np.zeros(2, np.int64)
-        self._pos = np.zeros(2, np.int64)
-        self._has_key = False
-        self._t = 0
-        self._trial_t = 0
-        self._inner = 0
-        self._inner_return = 0.0
 
     # The hidden layout, for tests and renderers.
     @property
     def agent_pos(self) -> tuple[int, int]:
-        return int(self._pos[0]), int(self._pos[1])
+        return int(self.core.pos[0, 0]), int(self.core.pos[0, 1])
 
     @property
     def key_pos(self) -> tuple[int, int]:
-        return int(self._key[0]), int(self._key[1])
+        return int(self.core.key[0, 0]), int(self.core.key[0, 1])
 
     @property
     def door_pos(self) -> tuple[int, int]:
-        return int(self._door[0]), int(self._door[1])
+        return int(self.core.door[0, 0]), int(self.core.door[0, 1])
 
     @property
     def start_pos(self) -> tuple[int, int]:
-        return int(self._start[0]), int(self._start[1])
+        return int(self.core.start[0, 0]), int(self.core.start[0, 1])
 
     @property
     def has_key(self) -> bool:
-        return self._has_key
+        return bool(self.core.has_key[0])
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
         """Starts a new trial with a freshly drawn layout."""
         super().reset(seed=seed)
-        cells = self.np_random.integers(0, self.size, size=(3, 2))
-        self._start, self._key, self._door = cells[0], cells[1], cells[2]
-        self._trial_t = 0
-        self._inner = 0
-        self._soft_reset()
-        return self._obs(prev_action=None, prev_reward=0.0), self._info()
+        self.core.new_trials(np.zeros(1, np.int64), [self.np_random])
+        return self.core.observe(None, np.zeros(1))[0], self._info()
 
     def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         action = int(action)
         if not 0 <= action < NUM_ACTIONS:
             raise ValueError(f"action must be in [0, {NUM_ACTIONS}), got {action}")
-        self._pos = np.clip(self._pos + _MOVES[action], 0, self.size - 1)
-        self._t += 1
-        self._trial_t += 1
-        reward = 0.0
-        success = False
-        if not self._has_key and (self._pos == self._key).all():
-            self._has_key = True
-            reward += 1.0
-        elif self._has_key and (self._pos == self._door).all():
-            reward += 1.0
-            success = True
-        self._inner_return += reward
-        trial_over = self._trial_t >= self.trial_len
-        if success or self._t >= self.episode_len or trial_over:
-            info = self._info()
-            info.update(
-                inner_episode_done=True,
-                inner_episode_return=self._inner_return,
-                inner_episode_success=success,
-            )
-            if not trial_over:
-                self._inner += 1
-                self._soft_reset()
-            obs = self._obs(prev_action=action, prev_reward=reward)
-            # A trial ends on time: truncated (its last state's value is bootstrapped) or, with
-            # trial_end="terminate", terminated (nothing is worth anything after the trial).
-            ends = self.trial_end == "terminate"
-            return obs, reward, trial_over and ends, trial_over and not ends, info
-        return self._obs(prev_action=action, prev_reward=reward), reward, False, False, self._info()
+        actions = np.full(1, action, np.int64)
+        core = self.core
+        reward, success, trial_over, inner_done = core.move(actions, np.ones(1, bool))
+        info = self._info()
+        if inner_done[0]:
+            ending = core.inner_episode_info(success)
+            info = {
+                "inner_episode": int(ending["inner_episode"][0]),
+                "inner_episode_step": int(ending["inner_episode_step"][0]),
+                "inner_episode_done": True,
+                "inner_episode_return": float(ending["inner_episode_return"][0]),
+                "inner_episode_success": bool(success[0]),
+            }
+            core.next_inner_episodes(inner_done, trial_over)
+        obs = core.observe(actions, reward)[0]
+        terminated, truncated = core.ends(trial_over)
+        return obs, float(reward[0]), bool(terminated[0]), bool(truncated[0]), info
 
     def render(self) -> str | None:
         if self.render_mode != "ansi":
@@ -159,7 +270,7 @@ class DarkKeyToDoorEnv(gym.Env):
                     "A"
                     if cell == self.agent_pos
                     else "K"
-                    if cell == self.key_pos and not self._has_key
+                    if cell == self.key_pos and not self.has_key
                     else "D"
                     if cell == self.door_pos
                     else "."
@@ -167,38 +278,13 @@ class DarkKeyToDoorEnv(gym.Env):
             rows.append(row)
         return "\n".join(rows)
 
-    def _soft_reset(self) -> None:
-        self._pos = self._start.copy()
-        self._has_key = False
-        self._t = 0
-        self._inner_return = 0.0
-
-    def _obs(self, prev_action: int | None, prev_reward: float) -> np.ndarray:
-        s = self.size
-        parts = [
-            self._pos[0] / s,
-            self._pos[1] / s,
-            float(self._has_key),
-            self._t / self.episode_len,
-        ]
-        if not self.dark:
-            parts += [self._key[0] / s, self._key[1] / s, self._door[0] / s, self._door[1] / s]
-        obs = np.zeros(self.observation_space.shape, np.float32)
-        obs[: len(parts)] = parts
-        if self.in_context_inputs:
-            base = len(parts)
-            if prev_action is not None:
-                obs[base + prev_action] = 1.0
-            obs[base + NUM_ACTIONS] = prev_reward
-            obs[base + NUM_ACTIONS + 1] = 1.0 if self._t == 0 else 0.0
-        return obs
-
     def _info(self) -> dict[str, Any]:
-        return {"inner_episode": self._inner, "inner_episode_step": self._t}
+        return {"inner_episode": int(self.core.inner[0]), "inner_episode_step": int(self.core.t[0])}
 
 
 class DarkKeyToDoorVectorEnv(gym.vector.VectorEnv):
-    """``num_envs`` Dark-Key-To-Door envs stepped together with numpy: no Python loop over envs.
+    """``num_envs`` Dark-Key-To-Door envs stepped together with numpy (``KeyDoorCore``): no
+    Python loop over envs.
 
     The same dynamics, observations and rewards as ``num_envs`` copies of :class:`DarkKeyToDoorEnv`
     in gymnasium's ``SyncVectorEnv``, and the same trajectories for the same seeds (env ``i`` is
@@ -231,32 +317,21 @@ class DarkKeyToDoorVectorEnv(gym.vector.VectorEnv):
     ) -> None:
         if not isinstance(num_envs, int) or isinstance(num_envs, bool) or num_envs < 1:
             raise ValueError(f"num_envs must be an int >= 1, got {num_envs!r}")
-        # The single env validates the arguments and defines the spaces.
-        proto = DarkKeyToDoorEnv(
-            size, episode_len, trial_len, dark, in_context_inputs, trial_end=trial_end
+        self.core = KeyDoorCore(
+            num_envs, size, episode_len, trial_len, dark, in_context_inputs, trial_end
         )
         self.trial_end = trial_end
         self.num_envs = num_envs
         self.size, self.episode_len, self.trial_len = size, episode_len, trial_len
-        self.dark, self.in_context_inputs = proto.dark, proto.in_context_inputs
-        self.single_observation_space = proto.observation_space
-        self.single_action_space = proto.action_space
-        self.observation_space = gym.vector.utils.batch_space(proto.observation_space, num_envs)
+        self.dark, self.in_context_inputs = self.core.dark, self.core.in_context_inputs
+        self.single_observation_space = self.core.observation_space()
+        self.single_action_space = gym.spaces.Discrete(NUM_ACTIONS)
+        self.observation_space = gym.vector.utils.batch_space(
+            self.single_observation_space, num_envs
+        )
         self.action_space = gym.spaces.MultiDiscrete(np.full(num_envs, NUM_ACTIONS))
-        self._obs_dim = proto.observation_space.shape[0]
-        self._base = 4 + (0 if self.dark else 4)
         self._rngs: list[np.random.Generator | None] = [None] * num_envs
-        n = num_envs
-        self._start = np.zeros((n, 2), np.int64)
-        self._key = np.zeros((n, 2), np.int64)
-        self._door = np.zeros((n, 2), np.int64)
-        self._pos = np.zeros((n, 2), np.int64)
-        self._has_key = np.zeros(n, bool)
-        self._t = np.zeros(n, np.int64)
-        self._trial_t = np.zeros(n, np.int64)
-        self._inner = np.zeros(n, np.int64)
-        self._inner_return = np.zeros(n, np.float64)
-        self._needs_reset = np.zeros(n, bool)
+        self._needs_reset = np.zeros(num_envs, bool)
         self._started = False
 
     def reset(
@@ -268,12 +343,10 @@ class DarkKeyToDoorVectorEnv(gym.vector.VectorEnv):
         for i, s in enumerate(per_env_seeds(seed, self.num_envs)):
             if s is not None or self._rngs[i] is None:
                 self._rngs[i] = seeding.np_random(s)[0]
-        every = np.arange(self.num_envs)
-        self._new_trials(every)
+        self.core.new_trials(np.arange(self.num_envs), self._rngs)
         self._needs_reset[:] = False
         self._started = True
-        obs = self._observe(every, prev_action=None, prev_reward=np.zeros(self.num_envs))
-        return obs, {}
+        return self.core.observe(None, np.zeros(self.num_envs)), {}
 
     def step(
         self, actions: np.ndarray
@@ -281,79 +354,21 @@ class DarkKeyToDoorVectorEnv(gym.vector.VectorEnv):
         actions = check_actions(
             actions, self.num_envs, NUM_ACTIONS, self._started, "DarkKeyToDoorVectorEnv"
         )
-        n = self.num_envs
+        core = self.core
         restart = self._needs_reset.copy()
         live = ~restart
-        pos = np.clip(self._pos + _MOVES[actions], 0, self.size - 1)
-        self._pos = np.where(live[:, None], pos, self._pos)
-        self._t += live
-        self._trial_t += live
-        at_key = (self._pos == self._key).all(axis=1)
-        at_door = (self._pos == self._door).all(axis=1)
-        got_key = live & ~self._has_key & at_key
-        success = live & self._has_key & at_door
-        self._has_key |= got_key
-        reward = (got_key | success).astype(np.float64)
-        self._inner_return += reward
-        trial_over = live & (self._trial_t >= self.trial_len)
-        inner_done = live & (success | (self._t >= self.episode_len) | trial_over)
-
+        reward, success, trial_over, inner_done = core.move(actions, live)
         infos: dict[str, Any] = {}
         if inner_done.any():
-            mask = inner_done
-            for key, value in (
-                ("inner_episode", self._inner.copy()),
-                ("inner_episode_step", self._t.copy()),
-                ("inner_episode_done", inner_done.copy()),
-                ("inner_episode_return", self._inner_return.copy()),
-                ("inner_episode_success", success.copy()),
-            ):
+            ending = {**core.inner_episode_info(success), "inner_episode_done": inner_done.copy()}
+            for key, value in ending.items():
                 infos[key] = value
-                infos["_" + key] = mask
-            soft = np.flatnonzero(inner_done & ~trial_over)
-            self._inner[soft] += 1
-            self._soft_reset(soft)
+                infos["_" + key] = inner_done
+            core.next_inner_episodes(inner_done, trial_over)
         prev_action = np.where(live, actions, -1)
         if restart.any():
-            self._new_trials(np.flatnonzero(restart))
+            core.new_trials(np.flatnonzero(restart), self._rngs)
         self._needs_reset = trial_over
-        obs = self._observe(np.arange(n), prev_action=prev_action, prev_reward=reward)
-        # A trial ends on time: truncated or terminated, as in the single env.
-        if self.trial_end == "terminate":
-            return obs, reward, trial_over.copy(), np.zeros(n, bool), infos
-        return obs, reward, np.zeros(n, bool), trial_over.copy(), infos
-
-    def _new_trials(self, envs: np.ndarray) -> None:
-        for i in envs:
-            cells = self._rngs[i].integers(0, self.size, size=(3, 2))
-            self._start[i], self._key[i], self._door[i] = cells[0], cells[1], cells[2]
-        self._trial_t[envs] = 0
-        self._inner[envs] = 0
-        self._soft_reset(envs)
-
-    def _soft_reset(self, envs: np.ndarray) -> None:
-        self._pos[envs] = self._start[envs]
-        self._has_key[envs] = False
-        self._t[envs] = 0
-        self._inner_return[envs] = 0.0
-
-    def _observe(
-        self, envs: np.ndarray, prev_action: np.ndarray | None, prev_reward: np.ndarray
-    ) -> np.ndarray:
-        """A fresh (num_envs, obs_dim) array: RLlib keeps each row, so buffers are not reused."""
-        s = self.size
-        obs = np.zeros((self.num_envs, self._obs_dim), np.float32)
-        obs[:, 0:2] = self._pos / s
-        obs[:, 2] = self._has_key
-        obs[:, 3] = self._t / self.episode_len
-        if not self.dark:
-            obs[:, 4:6] = self._key / s
-            obs[:, 6:8] = self._door / s
-        if self.in_context_inputs:
-            base = self._base
-            if prev_action is not None:
-                acted = np.flatnonzero(prev_action >= 0)
-                obs[acted, base + prev_action[acted]] = 1.0
-            obs[:, base + NUM_ACTIONS] = prev_reward
-            obs[:, base + NUM_ACTIONS + 1] = self._t == 0
-        return obs
+        obs = core.observe(prev_action, reward)
+        terminated, truncated = core.ends(trial_over)
+        return obs, reward, terminated, truncated, infos

@@ -21,8 +21,10 @@ from typing import Any
 
 import numpy as np
 
+from memrl.envs.key_door import MOVES, moved
+
 AGENTS = ("sweep_memory", "sweep_forget", "informed")
-_MOVES = {(0, 0): 0, (0, 1): 1, (0, -1): 2, (-1, 0): 3, (1, 0): 4}
+_ACTION_OF = {(int(dx), int(dy)): action for action, (dx, dy) in enumerate(MOVES)}
 
 
 class KeyDoorAgent:
@@ -66,7 +68,7 @@ class KeyDoorAgent:
             options.append((int(np.sign(dx)), 0))
         if dy:
             options.append((0, int(np.sign(dy))))
-        return _MOVES[options[int(self.rng.integers(len(options)))]]
+        return _ACTION_OF[options[int(self.rng.integers(len(options)))]]
 
     def observe(self, pos: tuple[int, int], had_key: bool, reward: float, inner_done: bool) -> None:
         """What the step that reached ``pos`` showed (``had_key``: holding it before the step)."""
@@ -106,16 +108,9 @@ def play_trial(env: Any, agent: KeyDoorAgent, seed: int) -> tuple[float, list[fl
         total += reward
         done = bool(info.get("inner_episode_done"))
         # Where the step went (before an inner-episode restart moved the agent back).
-        moved = _after(pos, action, state.size)
-        agent.observe(moved, had_key, reward, done)
+        arrived = moved(pos, action, state.size)
+        agent.observe(arrived, had_key, reward, done)
         if done:
             inner.append(float(info["inner_episode_return"]))
         if terminated or truncated:
             return total, inner
-
-
-def _after(pos: tuple[int, int], action: int, size: int) -> tuple[int, int]:
-    step = [m for m, a in _MOVES.items() if a == action][0]
-    x = min(max(pos[0] + step[0], 0), size - 1)
-    y = min(max(pos[1] + step[1], 0), size - 1)
-    return x, y

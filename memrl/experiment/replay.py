@@ -42,16 +42,12 @@ def _key_door_state(env: Any) -> list[int]:
     return [x, y, int(env.has_key)]
 
 
-# Moves of Dark-Key-To-Door's actions (0 no-op, 1 up, 2 down, 3 left, 4 right; see key_door.py).
-_KEY_DOOR_MOVES = ((0, 0), (0, 1), (0, -1), (-1, 0), (1, 0))
-
-
 def _key_door_arrival(env: Any, before: list[int], action: int) -> list[int]:
     """Where the agent arrived at the step that ended an inner episode (the env has already put
     it back at the start cell, so its state shows the start)."""
-    dx, dy = _KEY_DOOR_MOVES[action]
-    x = min(max(before[0] + dx, 0), env.size - 1)
-    y = min(max(before[1] + dy, 0), env.size - 1)
+    from memrl.envs.key_door import moved
+
+    x, y = moved((before[0], before[1]), action, env.size)
     has_key = bool(before[2]) or [x, y] == list(env.key_pos)
     return [x, y, int(has_key)]
 

@@ -13,8 +13,9 @@ NOOP, UP, DOWN, LEFT, RIGHT = range(5)
 
 def place(env: DarkKeyToDoorEnv, start, key, door) -> None:
     """Puts a fresh trial's layout where the test wants it (hidden state of the env)."""
-    env._start, env._key, env._door = (np.array(p, np.int64) for p in (start, key, door))
-    env._soft_reset()
+    core = env.core
+    core.start[0], core.key[0], core.door[0] = start, key, door
+    core.soft_reset(np.zeros(1, np.int64))
 
 
 def walk(env, actions):
