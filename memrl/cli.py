@@ -109,7 +109,8 @@ def _add_compare(sub: argparse._SubParsersAction) -> None:
         "--label",
         action="append",
         dest="labels",
-        help="label of each run, in order (repeat once per run; default: the model)",
+        help="label of each run, in order (repeat once per run; default: the run's config name, "
+        "else its env and model)",
     )
     p.add_argument(
         "--metric",

@@ -1,12 +1,13 @@
 """`memrl compare RUN_DIR...`: several runs and seeds on one plot, and a table at equal env steps.
 
-Runs are grouped by label (``--label``, one per run; by default the model: ``memo``, ``fct``,
-``rmt``, ``mlp``, ``lstm``, or ``mem1 (mem1 context)``): the runs of one label are seeds of one
-setting. Each run's curve is smoothed with a moving average (the same window as its report), put
-on a common grid of env steps by linear interpolation, and each label is drawn as the mean over
-its runs with a band from the lowest to the highest run. The table gives, per label, the mean and
-standard deviation over runs at a few equal env-step counts, up to the step count that every run
-reached.
+Runs are grouped by label (``--label``, one per run; by default the run's config name, or, for a
+config without one, the env and the model: ``memrl/DarkKeyToDoor-v0 memo``): the runs of one
+label are seeds of one setting, and a warning names what differs when runs under one label
+differ in more than ``run.seed``. Each run's curve is smoothed with a moving average (the same
+window as its report), put on a common grid of env steps by linear interpolation, and each label
+is drawn as the mean over its runs with a band from the lowest to the highest run. The table
+gives, per label, the mean and standard deviation over runs at a few equal env-step counts, up to
+the step count that every run reached.
 
 Writes ``compare.png``, ``compare.parquet`` (the table), ``compare_curves.parquet`` (every run's
 smoothed curve on the grid, long format) and ``compare.md`` under ``--output``.
@@ -14,6 +15,7 @@ smoothed curve on the grid, long format) and ``compare.md`` under ``--output``.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -26,12 +28,24 @@ from memrl.experiment.run_dir import CONFIG, METRICS
 from memrl.experiment.run_plots import short_count, smoothing_window
 from memrl.experiment.tables import axis_label, format_number, read_table, write_report
 
+logger = logging.getLogger(__name__)
+
 GRID_POINTS = 200
 """Points of the common env-step grid of the curves."""
+SEED_KEY = "run.seed"
+"""The one config key in which runs of one label (seeds of one setting) may differ."""
 
 
 def default_label(config: dict[str, Any]) -> str:
-    """A run's label from its config: the model (Memo's mode), or the agent's context policy."""
+    """A run's label from its config: its name, else its env and model."""
+    if config.get("name"):
+        return str(config["name"])
+    env = (config.get("env") or {}).get("id", "unknown env")
+    return f"{env} {model_label(config)}"
+
+
+def model_label(config: dict[str, Any]) -> str:
+    """The model of a run's config (Memo's mode), or the agent's context policy."""
     model = config.get("model") or {}
     algorithm = config.get("algorithm") or {}
     kind = str(model.get("type", "mlp"))
@@ -96,17 +110,27 @@ def compare_runs(
             "(in the same order), or none to label runs by their model"
         )
     runs = []
+    configs = []
     x_cols = set()
     for i, path in enumerate(run_dirs):
         config, x_col, x, y = load_run(path, metric)
         x_cols.add(x_col)
-        runs.append((labels[i] if labels else default_label(config), Path(path), x, y))
+        label = labels[i] if labels else default_label(config)
+        runs.append((label, Path(path), x, y))
+        configs.append((label, config))
     if len(x_cols) > 1:
         raise ValueError(
             "some runs count env steps and some only iterations; compare runs of one kind"
         )
     x_label = axis_label(x_cols.pop())
     order = list(dict.fromkeys(label for label, *_ in runs))
+    warnings = [
+        line
+        for label in order
+        if (line := setting_mismatch(label, [c for lab, c in configs if lab == label]))
+    ]
+    for line in warnings:
+        logger.warning(line)
     end = min(float(x[-1]) for _, _, x, _ in runs)
     grid = np.linspace(0.0, end, GRID_POINTS)
     curves = []
@@ -142,7 +166,44 @@ def compare_runs(
     png = _plot(curve_frame, order, metric, x_label, out / "compare.png")
     if not as_json:
         print(f"wrote {png}, {out / 'compare_curves.parquet'}")
-    return {"rows": rows, "png": png, "curves": out / "compare_curves.parquet"}
+    return {
+        "rows": rows,
+        "png": png,
+        "curves": out / "compare_curves.parquet",
+        "warnings": warnings,
+    }
+
+
+def _flat(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def setting_mismatch(label: str, configs: Sequence[dict[str, Any]]) -> str | None:
+    """A warning when the runs of one label differ in a config key other than ``run.seed``
+    (then their mean is not a mean over seeds of one setting); None when they do not."""
+    flats = [_flat(c) for c in configs]
+    keys = sorted(set().union(*flats) - {SEED_KEY}) if flats else []
+    differing = []
+    for key in keys:
+        values = [repr(f.get(key)) for f in flats]
+        if len(set(values)) > 1:
+            differing.append(f"{key}: {' vs '.join(dict.fromkeys(values))}")
+    if not differing:
+        return None
+    shown = "; ".join(differing[:5]) + (
+        f"; and {len(differing) - 5} more" if len(differing) > 5 else ""
+    )
+    return (
+        f"the {len(configs)} runs labelled {label!r} differ in more than {SEED_KEY} ({shown}), "
+        "yet are averaged as seeds of one setting; give each run its own --label, or compare "
+        "runs of one config"
+    )
 
 
 def _plot(frame: Any, order: list[str], metric: str, x_label: str, path: Path) -> Path:
