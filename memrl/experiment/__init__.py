@@ -1,12 +1,15 @@
 """Experiment plumbing shared by every method: what `memrl train|tune|eval` run.
 
-- ``config``: the experiment YAML as frozen, documented dataclasses (``settings`` maps dicts onto
-  them with errors that name the key); the registries of algorithm and model settings;
+- ``config``: the experiment YAML as frozen, documented dataclasses (``dataclass_dicts`` maps dicts
+  onto them with errors that name the key); the registries of algorithm and model settings;
 - ``build``: an experiment as RLlib objects (env registration, the AlgorithmConfig);
-- ``train``, ``evaluate``, ``tune`` (+ ``tune_space``): the run loops and their run directories;
+- ``train`` (the loop), ``evaluate``, ``tune`` (+ ``tune_space``): what the commands run;
+- ``run_dir``: a run directory and its checkpoints, the one owner of their file names and paths;
+  ``progress``: metrics rows, the progress line, the summary; ``checkpoints``: building an
+  Algorithm and restoring a checkpoint into it; ``interrupts``: SIGTERM and lost learners;
 - ``ray_session``: embedded or joined Ray; ``callbacks``: per-inner-episode metrics;
 - ``loggers``: TensorBoard, Weights & Biases and MLflow (``run.loggers``);
-- ``report``: tables, parquet and plots for training summaries and benchmarks;
+- ``tables``: what every benchmark writes (a printed table, parquet, PNG);
 - ``run_report`` (+ ``run_plots``, ``replay``, ``transcripts``): a run's HTML page with its
   curves, evaluation, replays of grid trials and transcripts of text agents;
 - ``compare``: several runs and seeds on one plot; ``export``: a trained policy on its own.
