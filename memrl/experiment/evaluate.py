@@ -263,6 +263,8 @@ def _evaluate(
         if kept and run is not None and run.staged and Path(kept).parent == run.path / EVAL:
             own["transcripts"] = run.uri(EVAL, Path(kept).name)  # uploaded with the results
         result.update(own["summary"], transcripts=own["transcripts"])
+        if "per_task" in own:
+            result["per_task"] = own["per_task"]
     echo(
         f"{shown}: {len(returns)} episodes, return {result['return_mean']:.3f} "
         f"+- {result['return_std']:.3f} (min {result['return_min']:.2f}, "

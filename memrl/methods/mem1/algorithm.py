@@ -334,9 +334,11 @@ class Mem1Algorithm(Algorithm):
         """``memrl eval`` of a MEM1 run: ``episodes`` tasks of the held-out set
         (``eval_env_config``, task_index 0, 1, ...), greedy unless ``explore``.
 
-        Returns the means (``em``, ``f1``, ``peak_tokens``, ``turns``, ...) under ``summary`` and
-        per-task ``returns`` and ``turns``; writes one JSON line per episode (prompt, each turn's
-        text and context size, outcome) to ``transcripts`` when given.
+        Returns the means (``em``, ``f1``, ``peak_tokens``, ``turns``, ...) under ``summary``,
+        per-task ``returns`` and ``turns``, and every per-task figure under ``per_task`` (lists
+        in task order, so two evaluations compare task by task); writes one JSON line per
+        episode (prompt, each turn's text and context size, outcome) to ``transcripts`` when
+        given.
         """
         rows = self.evaluate_tasks(
             list(range(episodes)), key="memrl_eval", greedy=not explore, transcripts=True
@@ -354,6 +356,7 @@ class Mem1Algorithm(Algorithm):
             "summary": {f"{k}_mean": float(np.mean([r[k] for r in rows])) for k in numeric},
             "returns": [float(r["reward"]) for r in rows],
             "turns": [float(r["turns"]) for r in rows],
+            "per_task": {k: [float(r[k]) for r in rows] for k in ["task_index", *numeric]},
             "transcripts": str(transcripts) if transcripts is not None else None,
         }
 

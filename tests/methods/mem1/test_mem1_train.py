@@ -115,6 +115,9 @@ def test_ppo_per_turn_with_a_remote_runner_and_warm_start(tmp_path):
     assert result["episodes"] == 3
     for key in ("em_mean", "f1_mean", "peak_tokens_mean", "turns_mean"):
         assert key in result, sorted(result)
+    # per-task figures in task order (what scripts/paired_eval.py pairs)
+    assert result["per_task"]["task_index"] == [0.0, 1.0, 2.0]
+    assert sum(result["per_task"]["em"]) / 3 == pytest.approx(result["em_mean"])
     lines = (tmp_path / "eval.transcripts.jsonl").read_text().splitlines()
     assert len(lines) == 3 and result["transcripts"].endswith("eval.transcripts.jsonl")
     episode = json.loads(lines[0])
