@@ -47,6 +47,10 @@ class MLPModel:
                 add_default_connectors_to_module_to_env_pipeline=False,
                 module_to_env_connector=lean_module_to_env,
             )
+        from memrl.rollout.select import apply_bulk, use_bulk
+
+        if use_bulk(algo, exp):
+            apply_bulk(algo)
 
 
 def lean_module_to_env(env: Any = None, spaces: Any = None) -> list[Any]:
