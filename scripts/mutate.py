@@ -35,6 +35,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 MEM1_TESTS = ("tests/methods/mem1",)
 MEMO_TESTS = ("tests/methods/memo",)
+ROLLOUT_TESTS = ("tests/rollout",)
 FAST = "not slow and not gpu"
 
 
@@ -68,6 +69,10 @@ def _memo(
     name: str, file: str, line: str, broken: str, behaviour: str, nth: int | None = None
 ) -> Breakage:
     return Breakage(name, f"memrl/methods/memo/{file}", line, broken, MEMO_TESTS, behaviour, nth)
+
+
+def _rollout(name: str, file: str, line: str, broken: str, behaviour: str) -> Breakage:
+    return Breakage(name, f"memrl/rollout/{file}", line, broken, ROLLOUT_TESTS, behaviour)
 
 
 CATALOGUE: tuple[Breakage, ...] = (
@@ -436,6 +441,35 @@ CATALOGUE: tuple[Breakage, ...] = (
         "pos = cache.t if fct else cache.n_sum + cache.seg_len  # (B,) host",
         "pos = cache.t if fct else cache.seg_len  # (B,) host",
         "a cached step's token sits after the summaries",
+    ),
+    # --- bulk rollouts: GAE over (T, N) arrays and the runner's rows ------------------------
+    _rollout(
+        "rollout-gae-propagate-off-by-one",
+        "gae.py",
+        "running = deltas[t] + gamma * lambda_ * propagate[t] * running",
+        "running = deltas[t] + gamma * lambda_ * propagate[t - 1] * running",
+        "an advantage stops at the step that ends its trial, not one step off",
+    ),
+    _rollout(
+        "rollout-gae-truncation-flows",
+        "gae.py",
+        "propagate = not_terminal * (1.0 - truncated.float())",
+        "propagate = not_terminal",
+        "nothing flows back across a truncated trial's end",
+    ),
+    _rollout(
+        "rollout-gae-skips-last-row",
+        "gae.py",
+        "for t in range(T - 1, -1, -1):",
+        "for t in range(T - 2, -1, -1):",
+        "the rollout's last row gets its advantage (bootstrapped from row T's value)",
+    ),
+    _rollout(
+        "rollout-obs-row-off-by-one",
+        "env_runner.py",
+        "rollout.obs[t + 1] = obs",
+        "rollout.obs[t] = obs",
+        "row t holds the observation the policy acted on at t (the step's result goes to t + 1)",
     ),
 )
 
