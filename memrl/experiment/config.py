@@ -57,7 +57,8 @@ class FaultInjection:
     """Deliberate env faults, for testing a run's fault tolerance (off by default)."""
 
     step_error_probability: float = 0.0
-    """Probability that an env step raises RuntimeError."""
+    """Probability that an env step raises RuntimeError (per env: a native vector env of n envs
+    raises with 1 - (1 - p)^n per vector step)."""
     env_runner_indices: list[int] = field(default_factory=lambda: [1])
     """Env runners (by worker_index; 0 is the local one) whose envs may raise."""
 
@@ -99,8 +100,7 @@ class ResourceSettings:
     env_vectorize_mode: Literal["auto", "vector", "sync", "async"] = "auto"
     """vector: the env's native vectorized version (array ops over all envs; see
     memrl.envs.VECTOR_ENTRY_POINTS); sync: a runner's envs step one by one in its process; async:
-    one subprocess per env (heavy envs); auto: vector where the env has one (and no fault
-    injection is set), else sync."""
+    one subprocess per env (heavy envs); auto: vector where the env has one, else sync."""
     sampler: Literal["auto", "bulk", "episodes"] = "episodes"
     """bulk: env runners write whole rollouts into flat (T, N) arrays and the learner trains on
     them directly (memrl.rollout: PPO, a model that supports it, the env's native vector form,
