@@ -442,6 +442,20 @@ CATALOGUE: tuple[Breakage, ...] = (
         "pos = cache.t if fct else cache.seg_len  # (B,) host",
         "a cached step's token sits after the summaries",
     ),
+    _memo(
+        "memo-bulk-prefix-dropped",
+        "bulk_learner.py",
+        "obs[row[0, first[ii]], kk] = prefix[first[ii], kk]",
+        "obs[row[0, first[ii]], kk] = 0.0",
+        "a bulk row that starts mid-trial holds its trial's earlier observations",
+    ),
+    _memo(
+        "memo-bulk-bootstrap-obs",
+        "bulk_learner.py",
+        "obs[row[te, ne], step[te, ne] + 1] = rollout.obs[te + 1, ne]",
+        "obs[row[te, ne], step[te, ne] + 1] = rollout.obs[te, ne]",
+        "a bulk row ends with the observation after its last step (the bootstrap value's)",
+    ),
     # --- bulk rollouts: GAE over (T, N) arrays and the runner's rows ------------------------
     _rollout(
         "rollout-gae-propagate-off-by-one",

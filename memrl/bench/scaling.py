@@ -3,7 +3,9 @@
 On Dark-Key-To-Door with RLlib's MLP policy (PPO, new API stack), for 0, 1 and 2 env runners
 (with the learner in the driver) and for 1 and 2 remote learners (DDP on CPU, the same total
 batch), each at ``--envs-per-runner`` envs per runner stepped by the env's native vectorized
-version and memrl's lean connectors (the defaults), plus comparison rows: RLlib's defaults
+version and memrl's lean connectors on RLlib's episode path (``vector``) and on the bulk path
+(``bulk``: rollouts as flat arrays from the vector env to the PPO loss, memrl.rollout; one learner
+at most), plus comparison rows: RLlib's defaults
 (gymnasium's SyncVectorEnv of single envs, action normalization, the default connectors) at 8
 envs (RLlib's default setting) and at ``--envs-per-runner`` envs, memrl's defaults with
 SyncVectorEnv stepping, and more envs per runner (``--more-envs``). The ceiling is the raw speed
@@ -116,10 +118,12 @@ def experiment(
 ) -> dict[str, Any]:
     """The experiment config of one setting (the total train batch is the same for any learners).
 
-    ``mode``: an ``env_vectorize_mode``, or "rllib" for RLlib's own defaults (sync stepping,
-    action normalization on, the default module-to-env connectors)."""
+    ``mode``: an ``env_vectorize_mode`` (RLlib's episode path), "bulk" (the native vector env on
+    the bulk path), or "rllib" for RLlib's own defaults (sync stepping, action normalization on,
+    the default module-to-env connectors)."""
     per_learner = args.train_batch // max(1, learners)
     rllib = mode == "rllib"
+    bulk = mode == "bulk"
     return {
         "name": "scaling",
         "env": {
@@ -138,7 +142,8 @@ def experiment(
             "num_env_runners": runners,
             "num_envs_per_env_runner": envs,
             "num_learners": learners,
-            "env_vectorize_mode": "sync" if rllib else mode,
+            "env_vectorize_mode": "sync" if rllib else "vector" if bulk else mode,
+            "sampler": "bulk" if bulk else "episodes",
         },
     }
 
@@ -248,10 +253,14 @@ def settings(args: argparse.Namespace) -> list[tuple[int, int, int, str]]:
         if args.baseline_envs:
             out.append((0, 0, args.baseline_envs, "rllib"))
         out += [(0, 0, envs, "rllib"), (0, 0, envs, "sync")]
-    out += [(r, 0, envs, "vector") for r in runners]
+    for mode in ("vector", "bulk"):
+        out += [(r, 0, envs, mode) for r in runners]
     if args.more_envs and args.more_envs != envs and not args.quick:
-        out += [(r, 0, args.more_envs, "vector") for r in runners if r <= 1]
+        for mode in ("vector", "bulk"):
+            out += [(r, 0, args.more_envs, mode) for r in runners if r <= 1]
     out += [(0, n, envs, "vector") for n in learners if n > 0]
+    # The bulk path trains with one learner (remote or in the driver).
+    out += [(0, n, envs, "bulk") for n in learners if n == 1]
     return out
 
 

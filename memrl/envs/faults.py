@@ -24,19 +24,3 @@ class StepErrorInjector(gym.Wrapper):
         if self._rng.random() < self.probability:
             raise InjectedEnvError(f"injected env step failure (p={self.probability})")
         return self.env.step(action)
-
-
-class VectorStepErrorInjector(gym.vector.VectorWrapper):
-    """Raises InjectedEnvError from a vector env's ``step`` as often as a StepErrorInjector
-    around each of its ``num_envs`` envs would: with ``1 - (1 - probability) ** num_envs``."""
-
-    def __init__(self, env: gym.vector.VectorEnv, probability: float, seed: int = 0) -> None:
-        super().__init__(env)
-        self.probability = probability
-        self._per_step = 1.0 - (1.0 - probability) ** env.num_envs
-        self._rng = np.random.default_rng(seed)
-
-    def step(self, actions: Any) -> Any:
-        if self._rng.random() < self._per_step:
-            raise InjectedEnvError(f"injected env step failure (p={self.probability} per env)")
-        return self.env.step(actions)

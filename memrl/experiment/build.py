@@ -59,20 +59,14 @@ def env_creator(env_id: str, fault: FaultInjection, env_context: Any) -> Any:
 
     config = dict(env_context)
     num_envs = config.pop("num_envs", None)
-    worker_index = getattr(env_context, "worker_index", 0)
-    faulty = fault.step_error_probability > 0 and worker_index in fault.env_runner_indices
-    seed = getattr(env_context, "vector_index", 0) + 1000 * worker_index
     if num_envs is not None:
-        vector = make_vector_env(env_id, num_envs, config)
-        if faulty:
-            from memrl.envs.faults import VectorStepErrorInjector
-
-            vector = VectorStepErrorInjector(vector, fault.step_error_probability, seed=seed)
-        return vector
+        return make_vector_env(env_id, num_envs, config)
     env = make_env(env_id, config)
-    if faulty:
+    worker_index = getattr(env_context, "worker_index", 0)
+    if fault.step_error_probability > 0 and worker_index in fault.env_runner_indices:
         from memrl.envs.faults import StepErrorInjector
 
+        seed = getattr(env_context, "vector_index", 0) + 1000 * worker_index
         env = StepErrorInjector(env, fault.step_error_probability, seed=seed)
     return env
 
@@ -92,13 +86,20 @@ def gym_vectorize_mode(exp: ExperimentConfig) -> str:
 
     mode = exp.resources.env_vectorize_mode
     native = has_vector_env(exp.env.id)
-    if mode == "vector" and not native:
-        raise ValueError(
-            f"resources.env_vectorize_mode is 'vector' but {exp.env.id} has no native "
-            "vectorized version; use 'auto' or 'sync'."
-        )
+    if mode == "vector":
+        if not native:
+            raise ValueError(
+                f"resources.env_vectorize_mode is 'vector' but {exp.env.id} has no native "
+                "vectorized version; use 'auto' or 'sync'."
+            )
+        if exp.env.fault_injection.step_error_probability > 0:
+            raise ValueError(
+                "env.fault_injection wraps single envs: it needs resources.env_vectorize_mode "
+                "'sync' or 'auto', not 'vector'."
+            )
     if mode == "auto":
-        mode = "vector" if native else "sync"
+        use_native = native and exp.env.fault_injection.step_error_probability == 0
+        mode = "vector" if use_native else "sync"
     return "vector_entry_point" if mode == "vector" else mode
 
 

@@ -57,8 +57,7 @@ class FaultInjection:
     """Deliberate env faults, for testing a run's fault tolerance (off by default)."""
 
     step_error_probability: float = 0.0
-    """Probability that an env step raises RuntimeError (per env: a native vector env of n envs
-    raises with 1 - (1 - p)^n per vector step)."""
+    """Probability that an env step raises RuntimeError."""
     env_runner_indices: list[int] = field(default_factory=lambda: [1])
     """Env runners (by worker_index; 0 is the local one) whose envs may raise."""
 
@@ -100,12 +99,13 @@ class ResourceSettings:
     env_vectorize_mode: Literal["auto", "vector", "sync", "async"] = "auto"
     """vector: the env's native vectorized version (array ops over all envs; see
     memrl.envs.VECTOR_ENTRY_POINTS); sync: a runner's envs step one by one in its process; async:
-    one subprocess per env (heavy envs); auto: vector where the env has one, else sync."""
+    one subprocess per env (heavy envs); auto: vector where the env has one (and no fault
+    injection is set), else sync."""
     sampler: Literal["auto", "bulk", "episodes"] = "episodes"
     """bulk: env runners write whole rollouts into flat (T, N) arrays and the learner trains on
-    them directly (memrl.rollout: PPO, a model that supports it, the env's native vector form,
-    at most one learner); episodes: RLlib's per-env episode objects and learner connectors;
-    auto: bulk where it applies, else episodes."""
+    them directly (memrl.rollout: PPO, a model that supports it, vector or sync stepping, at
+    most one learner); episodes: RLlib's per-env episode objects and learner connectors; auto:
+    bulk where it applies and the env has a native vector form, else episodes."""
     num_cpus_per_env_runner: float = 1.0
     """CPUs each env runner reserves."""
     num_gpus_per_env_runner: float = 0.0

@@ -40,6 +40,9 @@ class Rollout:
     inner_done: np.ndarray
     """(T, N) bool: an inner episode of the trial ended at this step (envs that report
     ``inner_episode_done``); trial ends are in ``terminated`` / ``truncated``."""
+    trial_t: np.ndarray
+    """(T, N) int32: the step of ``obs[t]`` within its trial (0: the trial's first observation;
+    on a reset row, the ended trial's length)."""
     extras: dict[str, Any] = field(default_factory=dict)
     """Model-specific arrays (e.g. recurrent state at the rollout's start), by name."""
 
@@ -59,6 +62,7 @@ class Rollout:
             truncated=np.zeros((t, n), bool),
             valid=np.zeros((t, n), bool),
             inner_done=np.zeros((t, n), bool),
+            trial_t=np.zeros((t, n), np.int32),
         )
 
     @property
@@ -82,6 +86,7 @@ class Rollout:
             truncated=self.truncated[:steps],
             valid=self.valid[:steps],
             inner_done=self.inner_done[:steps],
+            trial_t=self.trial_t[:steps],
             extras=dict(self.extras),
         )
 

@@ -1,6 +1,7 @@
 """``BulkEnvRunner``: RLlib's single-agent env runner with a bulk sampling path for vector envs.
 
-``sample(num_timesteps=...)`` (what PPO's training step calls) steps the native vector env and
+``sample(num_timesteps=...)`` (what PPO's training step calls) steps the vector env (the env's
+native vector form, or gymnasium's SyncVectorEnv of single envs, e.g. with fault injection) and
 fills one preallocated ``Rollout`` (arrays.py): one policy forward pass and one env step per vector
 step, array operations over all envs for the bookkeeping, and Python per env only where a trial
 ends (its return and length go into RLlib's episode metrics). It returns ``[rollout]``; the bulk
@@ -100,6 +101,7 @@ class BulkEnvRunner(SingleAgentEnvRunner):
             if t == rollout.num_steps:
                 rollout = _grown(rollout, self._empty(rollout.num_steps))
             rollout.valid[t] = ~self._done
+            rollout.trial_t[t] = self._trial_t
             self._act(rollout, t, explore)
             results = self._step(rollout.actions[t])
             if results is ENV_STEP_FAILURE:
@@ -149,11 +151,15 @@ class BulkEnvRunner(SingleAgentEnvRunner):
             self.make_env()
             return ENV_STEP_FAILURE
 
+    def _module_inputs(self, rollout: Rollout, t: int) -> dict[str, Any]:
+        """The module's input batch for row ``t`` (subclasses add their columns)."""
+        return {Columns.OBS: torch.from_numpy(rollout.obs[t]).to(self._device)}
+
     @torch.no_grad()
     def _act(self, rollout: Rollout, t: int, explore: bool) -> None:
         """The policy's actions, log-probs and distribution inputs for row ``t``, all envs in
         one forward pass."""
-        batch = {Columns.OBS: torch.from_numpy(rollout.obs[t]).to(self._device)}
+        batch = self._module_inputs(rollout, t)
         if explore:
             out = self.module.forward_exploration(batch)
             dist = self.module.get_exploration_action_dist_cls().from_logits(
@@ -187,6 +193,7 @@ class BulkEnvRunner(SingleAgentEnvRunner):
         n = self.num_envs
         self._next_obs = obs
         self._done = np.zeros(n, bool)
+        self._trial_t = np.zeros(n, np.int32)
         self._return = np.zeros(n, np.float64)
         self._length = np.zeros(n, np.int64)
         self._started = np.full(n, time.perf_counter())
@@ -206,6 +213,9 @@ class BulkEnvRunner(SingleAgentEnvRunner):
             rollout.inner_done[t] = ends
             self._track_inner(ends, infos)
         self._done = rollout.terminated[t] | rollout.truncated[t]
+        # The reset row that follows a trial's end sees its final observation at the trial's
+        # length; the row after it starts the next trial at step 0.
+        self._trial_t = np.where(valid, self._trial_t + 1, 0).astype(np.int32)
         finished = np.flatnonzero(self._done)
         now = time.perf_counter()
         for i in finished:
@@ -256,5 +266,6 @@ def _grown(rollout: Rollout, more: Rollout) -> Rollout:
         truncated=np.concatenate([rollout.truncated, more.truncated]),
         valid=np.concatenate([rollout.valid, more.valid]),
         inner_done=np.concatenate([rollout.inner_done, more.inner_done]),
+        trial_t=np.concatenate([rollout.trial_t, more.trial_t]),
         extras=rollout.extras,
     )

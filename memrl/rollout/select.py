@@ -18,11 +18,11 @@ def bulk_refusal(algo_config: Any, exp: Any, model_reason: str | None) -> str | 
     tag = getattr(type(exp.algorithm), "TAG_KEY", ("", ""))[1]
     if tag != "ppo":
         return f"it trains PPO only, not algorithm {tag!r}"
-    if algo_config.gym_env_vectorize_mode != "vector_entry_point":
+    mode = algo_config.gym_env_vectorize_mode
+    if mode not in ("vector_entry_point", "sync"):
         return (
-            f"it needs the env's native vector form ({exp.env.id} steps in "
-            f"{algo_config.gym_env_vectorize_mode!r} mode; fault injection and envs without a "
-            "vector form use single envs)"
+            "it steps its envs in the runner's process (env_vectorize_mode 'vector' or 'sync'), "
+            f"not {mode!r}"
         )
     if exp.resources.num_learners > 1:
         return f"it trains with one learner, not num_learners={exp.resources.num_learners}"
@@ -35,8 +35,10 @@ def use_bulk(algo_config: Any, exp: Any, model_reason: str | None = None) -> boo
     Raises:
         ValueError: sampler 'bulk' where the bulk path cannot run (the message says why).
     """
+    from memrl.envs import has_vector_env
+
     sampler = exp.resources.sampler
-    if sampler == "episodes":
+    if sampler == "episodes" or (sampler == "auto" and not has_vector_env(exp.env.id)):
         return False
     why = bulk_refusal(algo_config, exp, model_reason)
     if why is not None and sampler == "bulk":
@@ -47,13 +49,17 @@ def use_bulk(algo_config: Any, exp: Any, model_reason: str | None = None) -> boo
     return why is None
 
 
-def apply_bulk(algo_config: Any, learner_class: type | None = None) -> None:
-    """Sets the bulk env runner and a bulk learner (default: ``BulkPPOLearner``)."""
-    from memrl.rollout.env_runner import BulkEnvRunner
+def apply_bulk(
+    algo_config: Any, env_runner_class: type | None = None, learner_class: type | None = None
+) -> None:
+    """Sets a bulk env runner and learner (defaults: ``BulkEnvRunner``, ``BulkPPOLearner``)."""
+    if env_runner_class is None:
+        from memrl.rollout.env_runner import BulkEnvRunner
 
+        env_runner_class = BulkEnvRunner
     if learner_class is None:
         from memrl.rollout.learner import BulkPPOLearner
 
         learner_class = BulkPPOLearner
-    algo_config.env_runners(env_runner_cls=BulkEnvRunner)
+    algo_config.env_runners(env_runner_cls=env_runner_class)
     algo_config.learners(learner_class=learner_class)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from memrl.experiment.build import build_algorithm_config, check_resources
@@ -142,7 +141,7 @@ def test_algorithm_config_carries_the_settings():
         ({"id": "memrl/MemoryCorridor-v0"}, {}, {}, "sync"),  # auto, no native vector env
         ({}, {"env_vectorize_mode": "sync"}, {}, "sync"),
         ({}, {"env_vectorize_mode": "async"}, {}, "async"),
-        ({}, {}, {"step_error_probability": 0.1}, "vector_entry_point"),  # faults wrap either
+        ({}, {}, {"step_error_probability": 0.1}, "sync"),  # faults wrap single envs
     ],
 )
 def test_vectorize_mode(env, resources, fault, mode):
@@ -161,6 +160,13 @@ def test_vectorize_mode(env, resources, fault, mode):
                 "resources": {"env_vectorize_mode": "vector"},
             },
             "has no native vectorized version",
+        ),
+        (
+            {
+                "env": {"fault_injection": {"step_error_probability": 0.1}},
+                "resources": {"env_vectorize_mode": "vector"},
+            },
+            "fault_injection wraps single envs",
         ),
     ],
 )
@@ -181,29 +187,6 @@ def test_env_creator_builds_the_native_vector_env():
     assert isinstance(vec, DarkKeyToDoorVectorEnv) and vec.num_envs == 3 and vec.size == 4
     with pytest.raises(ValueError, match="does not fit memrl/DarkKeyToDoor-v0"):
         env_creator("memrl/DarkKeyToDoor-v0", FaultInjection(), {"sizes": 4, "num_envs": 3})
-
-
-def test_env_creator_injects_faults_into_the_chosen_runners_vector_envs():
-    from ray.rllib.env.env_context import EnvContext
-
-    from memrl.envs.faults import InjectedEnvError, VectorStepErrorInjector
-    from memrl.experiment.build import env_creator
-    from memrl.experiment.config import FaultInjection
-
-    fault = FaultInjection(step_error_probability=0.5, env_runner_indices=[1])
-    config = {"size": 4, "num_envs": 3}
-    assert not isinstance(
-        env_creator("memrl/DarkKeyToDoor-v0", fault, EnvContext(config, worker_index=0)),
-        VectorStepErrorInjector,
-    )
-    vec = env_creator("memrl/DarkKeyToDoor-v0", fault, EnvContext(config, worker_index=1))
-    assert isinstance(vec, VectorStepErrorInjector)
-    assert vec.unwrapped.num_envs == 3
-    assert vec._per_step == pytest.approx(1 - 0.5**3)  # as likely as one of 3 single envs
-    vec.reset(seed=0)
-    with pytest.raises(InjectedEnvError):
-        for _ in range(100):
-            vec.step(np.zeros(3, np.int64))
 
 
 @pytest.mark.parametrize(

@@ -63,10 +63,12 @@ def learner():
     return built
 
 
-@pytest.mark.parametrize("explore", [True, False])
-def test_same_seed_same_actions_returns_and_advantages(learner, explore):
+@pytest.mark.parametrize("explore, stepping", [(True, "vector"), (False, "vector"), (True, "sync")])
+def test_same_seed_same_actions_returns_and_advantages(learner, explore, stepping):
+    """RLlib's runner on the native vector env against the bulk runner on the native vector env
+    or on gymnasium's SyncVectorEnv of single envs (what fault injection uses)."""
     old = SingleAgentEnvRunner(config=_config("episodes"))
-    new = BulkEnvRunner(config=_config("bulk"))
+    new = BulkEnvRunner(config=_config("bulk", env_vectorize_mode=stepping))
     for a, b in zip(
         old.module.state_dict().values(), new.module.state_dict().values(), strict=True
     ):
@@ -84,6 +86,9 @@ def test_same_seed_same_actions_returns_and_advantages(learner, explore):
         for (n, start, end), episode in zip(chunks, episodes, strict=True):
             np.testing.assert_array_equal(rollout.actions[start:end, n], episode.get_actions())
             np.testing.assert_array_equal(rollout.rewards[start:end, n], episode.get_rewards())
+            np.testing.assert_array_equal(
+                rollout.trial_t[start:end, n], episode.t_started + np.arange(end - start)
+            )
             np.testing.assert_allclose(
                 rollout.obs[start:end, n], np.asarray(episode.get_observations())[:-1]
             )
@@ -185,9 +190,14 @@ def test_minibatches_cover_every_step_once_per_epoch():
 
 
 def test_bulk_refused_where_it_cannot_run():
-    with pytest.raises(ValueError, match="native vector form"):
-        _config("bulk", env_vectorize_mode="sync")
+    with pytest.raises(ValueError, match="in the runner's process"):
+        _config("bulk", env_vectorize_mode="async")
     with pytest.raises(ValueError, match="one learner"):
         _config("bulk", num_learners=2)
     assert _config("auto", num_learners=2).env_runner_cls is None
     assert _config("auto").env_runner_cls is BulkEnvRunner
+    assert _config("auto", env_vectorize_mode="sync").env_runner_cls is BulkEnvRunner
+    corridor = parse_config(
+        {"env": {"id": "memrl/MemoryCorridor-v0"}, "model": {"type": "mlp"}}
+    )  # no native vector form: auto keeps RLlib's episodes
+    assert build_algorithm_config(corridor).env_runner_cls is None
