@@ -92,3 +92,8 @@ class LSTMModel:
                 vf_share_layers=self.vf_share_layers,
             )
         )
+        from memrl.rollout.select import use_bulk
+
+        # RLlib's LSTM trains on max_seq_len chunks that start from stored states: not on the
+        # bulk path yet, so sampler auto keeps RLlib's episodes for it.
+        use_bulk(algo, exp, "RLlib's LSTM model is not on the bulk path yet")

@@ -95,13 +95,15 @@ def rollout_batch(
     """
     parts: dict[str, list[torch.Tensor]] = {}
     for ro in rollouts:
-        obs = torch.from_numpy(ro.obs).to(device)  # (T + 1, N, *obs_shape)
+
+        def tensor(x: np.ndarray) -> torch.Tensor:
+            # Arrays from a remote runner arrive read-only (Ray's zero-copy buffers).
+            return torch.from_numpy(x if x.flags.writeable else x.copy()).to(device)
+
+        obs = tensor(ro.obs)  # (T + 1, N, *obs_shape)
         rows = obs.shape[0] * obs.shape[1]
         values = module.compute_values({Columns.OBS: obs.reshape(rows, *obs.shape[2:])})
         values = values.reshape(obs.shape[0], obs.shape[1])  # (T + 1, N)
-
-        def tensor(x: np.ndarray) -> torch.Tensor:
-            return torch.from_numpy(x).to(device)
 
         valid = tensor(ro.valid)
         advantages, targets = gae(

@@ -197,6 +197,9 @@ def test_bulk_refused_where_it_cannot_run():
     assert _config("auto", num_learners=2).env_runner_cls is None
     assert _config("auto").env_runner_cls is BulkEnvRunner
     assert _config("auto", env_vectorize_mode="sync").env_runner_cls is BulkEnvRunner
+    lstm = parse_config({"model": {"type": "lstm"}, "resources": {"sampler": "bulk"}})
+    with pytest.raises(ValueError, match="LSTM"):
+        build_algorithm_config(lstm)
     corridor = parse_config(
         {"env": {"id": "memrl/MemoryCorridor-v0"}, "model": {"type": "mlp"}}
     )  # no native vector form: auto keeps RLlib's episodes
