@@ -204,3 +204,17 @@ def test_bulk_refused_where_it_cannot_run():
         {"env": {"id": "memrl/MemoryCorridor-v0"}, "model": {"type": "mlp"}}
     )  # no native vector form: auto keeps RLlib's episodes
     assert build_algorithm_config(corridor).env_runner_cls is None
+
+
+def test_an_update_trains_and_counts_every_step_each_epoch(learner):
+    from ray.rllib.utils.metrics import ALL_MODULES, NUM_ENV_STEPS_TRAINED
+
+    runner = BulkEnvRunner(config=_config("bulk"))
+    (rollout,) = runner.sample(num_timesteps=STEPS)
+    runner.stop()
+    before = [p.detach().clone() for p in learner.module[DEFAULT_MODULE_ID].parameters()]
+    results = learner.update(episodes=[rollout], num_epochs=3, minibatch_size=50, timesteps={})
+    trained = results[ALL_MODULES][NUM_ENV_STEPS_TRAINED]
+    assert (trained.peek() if hasattr(trained, "peek") else trained) == 3 * len(rollout)
+    after = list(learner.module[DEFAULT_MODULE_ID].parameters())
+    assert any(not torch.equal(a, b) for a, b in zip(before, after, strict=True))
