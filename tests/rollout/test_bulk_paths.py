@@ -20,10 +20,14 @@ NUM_ENVS = 5
 STEPS = 200  # 40 rows per env: trials of 30 steps end inside every rollout
 
 
-def _config(sampler: str, **resources):
+KEY_DOOR = {"config": {"size": 4, "episode_len": 6, "trial_len": 30}}
+CORRIDOR = {"id": "memrl/MemoryCorridor-v0", "config": {"length": 4, "episodes_per_trial": 6}}
+
+
+def _config(sampler: str, env: dict | None = None, **resources):
     exp = parse_config(
         {
-            "env": {"config": {"size": 4, "episode_len": 6, "trial_len": 30}},
+            "env": env or KEY_DOOR,
             "model": {"type": "mlp", "hiddens": [16]},
             "algorithm": {"name": "ppo", "train_batch_size": STEPS, "minibatch_size": 50},
             "resources": {"num_envs_per_env_runner": NUM_ENVS, "sampler": sampler, **resources},
@@ -50,9 +54,8 @@ def _trial_chunks(rollout) -> list[tuple[int, int, int]]:
     return done + [(n, s, steps) for n, s in enumerate(start) if s is not None]
 
 
-@pytest.fixture(scope="module")
-def learner():
-    config = _config("bulk")
+def _learner(env: dict | None = None):
+    config = _config("bulk", env)
     runner = BulkEnvRunner(config=config)
     spaces = {
         DEFAULT_MODULE_ID: (runner.env.single_observation_space, runner.env.single_action_space)
@@ -63,12 +66,26 @@ def learner():
     return built
 
 
+@pytest.fixture(scope="module")
+def learner():
+    return _learner()
+
+
 @pytest.mark.parametrize("explore, stepping", [(True, "vector"), (False, "vector"), (True, "sync")])
 def test_same_seed_same_actions_returns_and_advantages(learner, explore, stepping):
     """RLlib's runner on the native vector env against the bulk runner on the native vector env
     or on gymnasium's SyncVectorEnv of single envs (what fault injection uses)."""
-    old = SingleAgentEnvRunner(config=_config("episodes"))
-    new = BulkEnvRunner(config=_config("bulk", env_vectorize_mode=stepping))
+    _compare(learner, explore, KEY_DOOR, stepping)
+
+
+def test_same_on_the_corridor():
+    """Terminated trials (the corridor's end) instead of truncated ones."""
+    _compare(_learner(CORRIDOR), True, CORRIDOR, "vector")
+
+
+def _compare(learner, explore: bool, env: dict, stepping: str) -> None:
+    old = SingleAgentEnvRunner(config=_config("episodes", env))
+    new = BulkEnvRunner(config=_config("bulk", env, env_vectorize_mode=stepping))
     for a, b in zip(
         old.module.state_dict().values(), new.module.state_dict().values(), strict=True
     ):
@@ -200,10 +217,10 @@ def test_bulk_refused_where_it_cannot_run():
     lstm = parse_config({"model": {"type": "lstm"}, "resources": {"sampler": "bulk"}})
     with pytest.raises(ValueError, match="LSTM"):
         build_algorithm_config(lstm)
-    corridor = parse_config(
-        {"env": {"id": "memrl/MemoryCorridor-v0"}, "model": {"type": "mlp"}}
-    )  # no native vector form: auto keeps RLlib's episodes
-    assert build_algorithm_config(corridor).env_runner_cls is None
+    corridor = parse_config({"env": {"id": "memrl/MemoryCorridor-v0"}, "model": {"type": "mlp"}})
+    assert build_algorithm_config(corridor).env_runner_cls is BulkEnvRunner
+    cartpole = parse_config({"env": {"id": "CartPole-v1"}, "model": {"type": "mlp"}})
+    assert build_algorithm_config(cartpole).env_runner_cls is None  # no native vector form
 
 
 def test_an_update_trains_and_counts_every_step_each_epoch(learner):
