@@ -34,7 +34,55 @@ from memrl.rollout.arrays import Rollout
 from memrl.rollout.gae import gae
 
 
-class BulkPPOLearner(PPOTorchLearner):
+class StepsLoggedOnce:
+    """Learner mixin: RLlib's steps-trained metrics logged once per update, not per minibatch
+    (its lifetime sums cost ~2 ms a call on CPU: a fifth of a small MLP's update)."""
+
+    _steps_to_log: list[tuple[int, int]] | None = None
+    _steps_done = 0
+
+    def log_steps_once(self, minibatches: list[MultiAgentBatch]) -> list[MultiAgentBatch]:
+        """Registers the minibatches of this update (returns them)."""
+        self._steps_to_log = [
+            (sum(len(b) for b in m.policy_batches.values()), m.env_steps()) for m in minibatches
+        ]
+        self._steps_done = 0
+        return minibatches
+
+    def _log_steps_trained_metrics(self, batch: MultiAgentBatch) -> None:
+        """At the update's last registered minibatch, logs what RLlib logs per minibatch."""
+        pending = self._steps_to_log
+        if not pending:
+            return super()._log_steps_trained_metrics(batch)
+        self._steps_done += 1
+        if self._steps_done < len(pending):
+            return None
+        module_steps = sum(m for m, _ in pending)
+        env_steps = sum(e for _, e in pending)
+        count = len(pending)
+        self._steps_to_log = None
+        (mid,) = batch.policy_batches.keys()
+        log = self.metrics.log_value
+        log((mid, WEIGHTS_SEQ_NO), self._weights_seq_no, window=1)
+        log((mid, MODULE_TRAIN_BATCH_SIZE_MEAN), module_steps / count, reduce="mean")
+        log((mid, NUM_MODULE_STEPS_TRAINED), module_steps, reduce="sum")
+        log(
+            (mid, NUM_MODULE_STEPS_TRAINED_LIFETIME),
+            module_steps,
+            reduce="lifetime_sum",
+            with_throughput=True,
+        )
+        for key, value, reduce in (
+            (NUM_MODULE_STEPS_TRAINED, module_steps, "sum"),
+            (NUM_MODULE_STEPS_TRAINED_LIFETIME, module_steps, "lifetime_sum"),
+            (NUM_ENV_STEPS_TRAINED, env_steps, "sum"),
+            (NUM_ENV_STEPS_TRAINED_LIFETIME, env_steps, "lifetime_sum"),
+        ):
+            log((ALL_MODULES, key), value, reduce=reduce, with_throughput=True)
+        return None
+
+
+class BulkPPOLearner(StepsLoggedOnce, PPOTorchLearner):
     """PPOTorchLearner that takes ``Rollout`` lists as its episodes; see the module docstring."""
 
     def _create_iterator_if_necessary(
@@ -70,41 +118,7 @@ class BulkPPOLearner(PPOTorchLearner):
         minibatches = list(
             flat_minibatches(module_id, batch, minibatch_size, num_epochs, seed=seed)
         )
-        self._steps_to_log = [len(m) for m in minibatches]
-        self._steps_done = 0
-        return minibatches
-
-    def _log_steps_trained_metrics(self, batch: MultiAgentBatch) -> None:
-        """RLlib's steps-trained metrics, logged once per update for the bulk path's
-        minibatches (RLlib logs them per minibatch, and its lifetime sums cost ~2 ms per call
-        on CPU: a fifth of a small MLP's update)."""
-        pending = getattr(self, "_steps_to_log", None)
-        if not pending:
-            return super()._log_steps_trained_metrics(batch)
-        self._steps_done += 1
-        if self._steps_done < len(pending):
-            return None
-        total, count = sum(pending), len(pending)
-        self._steps_to_log = None
-        (mid,) = batch.policy_batches.keys()
-        log = self.metrics.log_value
-        log((mid, WEIGHTS_SEQ_NO), self._weights_seq_no, window=1)
-        log((mid, MODULE_TRAIN_BATCH_SIZE_MEAN), total / count, reduce="mean")
-        log((mid, NUM_MODULE_STEPS_TRAINED), total, reduce="sum")
-        log(
-            (mid, NUM_MODULE_STEPS_TRAINED_LIFETIME),
-            total,
-            reduce="lifetime_sum",
-            with_throughput=True,
-        )
-        for key, reduce in (
-            (NUM_MODULE_STEPS_TRAINED, "sum"),
-            (NUM_MODULE_STEPS_TRAINED_LIFETIME, "lifetime_sum"),
-            (NUM_ENV_STEPS_TRAINED, "sum"),
-            (NUM_ENV_STEPS_TRAINED_LIFETIME, "lifetime_sum"),
-        ):
-            log((ALL_MODULES, key), total, reduce=reduce, with_throughput=True)
-        return None
+        return self.log_steps_once(minibatches)
 
 
 def rollouts_in(episodes: Any) -> list[Rollout] | None:

@@ -23,10 +23,10 @@ from memrl.methods.memo.columns import MEMO_PREFIX_OBS, MEMO_SEG_LEN
 from memrl.methods.memo.learner import MemoPPOLearner, _distributed, row_minibatches
 from memrl.rollout.arrays import Rollout
 from memrl.rollout.gae import gae
-from memrl.rollout.learner import rollouts_in
+from memrl.rollout.learner import StepsLoggedOnce, rollouts_in
 
 
-class MemoBulkLearner(MemoPPOLearner):
+class MemoBulkLearner(StepsLoggedOnce, MemoPPOLearner):
     """MemoPPOLearner that also takes ``Rollout`` lists; see the module docstring."""
 
     def _create_iterator_if_necessary(self, *, training_data: Any, **kwargs: Any) -> Any:
@@ -41,14 +41,16 @@ class MemoBulkLearner(MemoPPOLearner):
         )
         env_steps = sum(len(r) for r in rollouts)
         self._memo_first_minibatch = True
-        return list(
-            row_minibatches(
-                {module_id: batch},
-                kwargs.get("minibatch_size") or env_steps,
-                kwargs.get("num_epochs", 1),
-                env_steps,
-                seed=int(self._weights_seq_no),
-                same_count=_distributed(),
+        return self.log_steps_once(
+            list(
+                row_minibatches(
+                    {module_id: batch},
+                    kwargs.get("minibatch_size") or env_steps,
+                    kwargs.get("num_epochs", 1),
+                    env_steps,
+                    seed=int(self._weights_seq_no),
+                    same_count=_distributed(),
+                )
             )
         )
 
