@@ -23,11 +23,11 @@ NUM_ENVS = 3
 STEPS = 60  # 20 rows per env: 30-step trials span rollouts
 
 
-def _config(sampler: str):
+def _config(sampler: str, mode: str = "memo"):
     exp = parse_config(
         {
             "env": {"config": {"size": 4, "episode_len": 6, "trial_len": 30}},
-            "model": dict(TINY_MEMO),
+            "model": {**TINY_MEMO, "mode": mode},
             "algorithm": {"name": "ppo", "train_batch_size": STEPS, "minibatch_size": 30},
             "resources": {"num_envs_per_env_runner": NUM_ENVS, "sampler": sampler},
             "run": {"seed": 5},
@@ -52,10 +52,11 @@ def _chunks(rollout) -> list[tuple[int, int, int]]:
     return done + [(n, s, steps) for n, s in enumerate(start) if s is not None]
 
 
-def test_bulk_memo_acts_and_batches_as_the_episode_path():
-    config = _config("bulk")
+@pytest.mark.parametrize("mode", ["memo", "fct", "rmt"])
+def test_bulk_memo_acts_and_batches_as_the_episode_path(mode):
+    config = _config("bulk", mode)
     assert config.env_runner_cls is MemoBulkEnvRunner
-    old = SingleAgentEnvRunner(config=_config("episodes"))
+    old = SingleAgentEnvRunner(config=_config("episodes", mode))
     new = MemoBulkEnvRunner(config=config)
     spaces = {DEFAULT_MODULE_ID: (new.env.single_observation_space, new.env.single_action_space)}
     learner = config.build_learner(spaces=spaces)
