@@ -479,6 +479,20 @@ CATALOGUE: tuple[Breakage, ...] = (
         "the rollout's last row gets its advantage (bootstrapped from row T's value)",
     ),
     _rollout(
+        "rollout-lstm-sequence-state-off-by-one",
+        "recurrent_learner.py",
+        "Columns.STATE_IN: {k: v[tf, nf] for k, v in states.items()},",
+        "Columns.STATE_IN: {k: v[tf - 1, nf] for k, v in states.items()},",
+        "an LSTM training sequence starts from the state its first step acted from",
+    ),
+    _rollout(
+        "rollout-lstm-state-not-reset",
+        "recurrent_runner.py",
+        "v[starts] = self._initial[k]",
+        "v[starts] = v[starts]",
+        "a new trial acts from the module's initial recurrent state",
+    ),
+    _rollout(
         "rollout-obs-row-off-by-one",
         "env_runner.py",
         "rollout.obs[t + 1] = obs",

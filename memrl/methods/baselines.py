@@ -92,8 +92,10 @@ class LSTMModel:
                 vf_share_layers=self.vf_share_layers,
             )
         )
-        from memrl.rollout.select import use_bulk
+        from memrl.rollout.select import apply_bulk, use_bulk
 
-        # RLlib's LSTM trains on max_seq_len chunks that start from stored states: not on the
-        # bulk path yet, so sampler auto keeps RLlib's episodes for it.
-        use_bulk(algo, exp, "RLlib's LSTM model is not on the bulk path yet")
+        if use_bulk(algo, exp):
+            from memrl.rollout.recurrent_learner import RecurrentBulkPPOLearner
+            from memrl.rollout.recurrent_runner import RecurrentBulkEnvRunner
+
+            apply_bulk(algo, RecurrentBulkEnvRunner, RecurrentBulkPPOLearner)

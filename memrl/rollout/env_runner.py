@@ -172,9 +172,13 @@ class BulkEnvRunner(SingleAgentEnvRunner):
                 out[Columns.ACTION_DIST_INPUTS]
             )
             actions = dist.to_deterministic().sample()
-        rollout.actions[t] = actions.cpu().numpy()
-        rollout.logp[t] = dist.logp(actions).cpu().numpy()
-        rollout.dist_inputs[t] = out[Columns.ACTION_DIST_INPUTS].cpu().numpy()
+        rollout.actions[t] = actions.reshape(rollout.actions[t].shape).cpu().numpy()
+        rollout.logp[t] = dist.logp(actions).reshape(-1).cpu().numpy()
+        rollout.dist_inputs[t] = out[Columns.ACTION_DIST_INPUTS].reshape(self.num_envs, -1).cpu()
+        self._after_forward(out)
+
+    def _after_forward(self, out: dict[str, Any]) -> None:
+        """What a subclass keeps of the module's output (e.g. its recurrent state)."""
 
     @property
     def _dist_dim(self) -> int:

@@ -215,8 +215,7 @@ def test_bulk_refused_where_it_cannot_run():
     assert _config("auto").env_runner_cls is BulkEnvRunner
     assert _config("auto", env_vectorize_mode="sync").env_runner_cls is BulkEnvRunner
     lstm = parse_config({"model": {"type": "lstm"}, "resources": {"sampler": "bulk"}})
-    with pytest.raises(ValueError, match="LSTM"):
-        build_algorithm_config(lstm)
+    assert build_algorithm_config(lstm).env_runner_cls.__name__ == "RecurrentBulkEnvRunner"
     corridor = parse_config({"env": {"id": "memrl/MemoryCorridor-v0"}, "model": {"type": "mlp"}})
     assert build_algorithm_config(corridor).env_runner_cls is BulkEnvRunner
     cartpole = parse_config({"env": {"id": "CartPole-v1"}, "model": {"type": "mlp"}})
