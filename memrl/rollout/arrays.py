@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import torch
 
 
 @dataclass
@@ -99,3 +100,9 @@ class Rollout:
 
     def __len__(self) -> int:
         return self.env_steps()
+
+
+def as_tensor(x: np.ndarray, device: Any = None) -> torch.Tensor:
+    """A rollout array as a tensor, without a copy unless the array is read-only (as arrays
+    from a remote runner arrive: Ray's zero-copy buffers, which torch must not alias)."""
+    return torch.from_numpy(x if x.flags.writeable else x.copy()).to(device)

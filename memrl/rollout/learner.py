@@ -30,7 +30,7 @@ from ray.rllib.utils.metrics import (
     WEIGHTS_SEQ_NO,
 )
 
-from memrl.rollout.arrays import Rollout
+from memrl.rollout.arrays import Rollout, as_tensor
 from memrl.rollout.gae import gae
 
 
@@ -157,8 +157,7 @@ def rollout_batch(
     for ro in rollouts:
 
         def tensor(x: np.ndarray) -> torch.Tensor:
-            # Arrays from a remote runner arrive read-only (Ray's zero-copy buffers).
-            return torch.from_numpy(x if x.flags.writeable else x.copy()).to(device)
+            return as_tensor(x, device)
 
         obs = tensor(ro.obs)  # (T + 1, N, *obs_shape)
         rows = obs.shape[0] * obs.shape[1]

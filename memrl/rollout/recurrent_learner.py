@@ -19,7 +19,7 @@ from ray.rllib.core.columns import Columns
 from ray.rllib.evaluation.postprocessing import Postprocessing
 from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 
-from memrl.rollout.arrays import Rollout
+from memrl.rollout.arrays import Rollout, as_tensor
 from memrl.rollout.gae import gae
 from memrl.rollout.learner import StepsLoggedOnce, rollouts_in
 from memrl.rollout.recurrent_runner import STATE_IN, STATE_LAST
@@ -95,17 +95,17 @@ def recurrent_gae(
         k: np.concatenate([rollout.extras[STATE_IN][k], rollout.extras[STATE_LAST][k][None]])
         for k in rollout.extras[STATE_IN]
     }
-    obs = torch.from_numpy(np.ascontiguousarray(rollout.obs)).to(device)
+    obs = as_tensor(rollout.obs, device)
     flat_state = {
         k: torch.from_numpy(v.reshape(-1, *v.shape[2:])).to(device) for k, v in states.items()
     }
     values = _single_step_values(module, obs.reshape(-1, *obs.shape[2:]), flat_state)
     adv, targets = gae(
         values.reshape(T + 1, N).float().cpu(),
-        torch.from_numpy(rollout.rewards),
-        torch.from_numpy(rollout.terminated),
-        torch.from_numpy(rollout.truncated),
-        torch.from_numpy(rollout.valid),
+        as_tensor(rollout.rewards),
+        as_tensor(rollout.terminated),
+        as_tensor(rollout.truncated),
+        as_tensor(rollout.valid),
         gamma=gamma,
         lambda_=lambda_,
     )

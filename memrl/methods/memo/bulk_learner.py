@@ -21,7 +21,7 @@ from ray.rllib.evaluation.postprocessing import Postprocessing
 
 from memrl.methods.memo.columns import MEMO_PREFIX_OBS, MEMO_SEG_LEN
 from memrl.methods.memo.learner import MemoPPOLearner, _distributed, row_minibatches
-from memrl.rollout.arrays import Rollout
+from memrl.rollout.arrays import Rollout, as_tensor
 from memrl.rollout.gae import gae
 from memrl.rollout.learner import StepsLoggedOnce, rollouts_in
 
@@ -140,10 +140,10 @@ def memo_rollout_batch(
         values_tn[te + 1, ne] = values[row[te, ne], step[te, ne] + 1]
         adv_tn, targets_tn = gae(
             torch.from_numpy(values_tn),
-            torch.from_numpy(ro.rewards),
-            torch.from_numpy(ro.terminated),
-            torch.from_numpy(ro.truncated),
-            torch.from_numpy(valid),
+            as_tensor(ro.rewards),
+            as_tensor(ro.terminated),
+            as_tensor(ro.truncated),
+            as_tensor(valid),
             gamma=gamma,
             lambda_=lambda_,
         )
