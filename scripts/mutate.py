@@ -35,6 +35,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 MEM1_TESTS = ("tests/methods/mem1",)
 MEMO_TESTS = ("tests/methods/memo",)
+ROLLOUT_TESTS = ("tests/rollout",)
 FAST = "not slow and not gpu"
 
 
@@ -75,6 +76,10 @@ def _ppo(name: str, line: str, broken: str, behaviour: str) -> Breakage:
     return Breakage(
         name, "memrl/methods/ppo_math.py", line, broken, MEM1_TESTS + MEMO_TESTS, behaviour
     )
+
+
+def _rollout(name: str, file: str, line: str, broken: str, behaviour: str) -> Breakage:
+    return Breakage(name, f"memrl/rollout/{file}", line, broken, ROLLOUT_TESTS, behaviour)
 
 
 CATALOGUE: tuple[Breakage, ...] = (
@@ -435,6 +440,63 @@ CATALOGUE: tuple[Breakage, ...] = (
         "pos = cache.t if fct else cache.n_sum + cache.seg_len  # (B,) host",
         "pos = cache.t if fct else cache.seg_len  # (B,) host",
         "a cached step's token sits after the summaries",
+    ),
+    _memo(
+        "memo-bulk-prefix-dropped",
+        "bulk_learner.py",
+        "obs[row[0, first[ii]], kk] = prefix[first[ii], kk]",
+        "obs[row[0, first[ii]], kk] = 0.0",
+        "a bulk row that starts mid-trial holds its trial's earlier observations",
+    ),
+    _memo(
+        "memo-bulk-bootstrap-obs",
+        "bulk_learner.py",
+        "obs[row[te, ne], step[te, ne] + 1] = rollout.obs[te + 1, ne]",
+        "obs[row[te, ne], step[te, ne] + 1] = rollout.obs[te, ne]",
+        "a bulk row ends with the observation after its last step (the bootstrap value's)",
+    ),
+    # --- bulk rollouts: GAE over (T, N) arrays and the runner's rows ------------------------
+    _rollout(
+        "rollout-gae-propagate-off-by-one",
+        "gae.py",
+        "running = deltas[t] + gamma * lambda_ * propagate[t] * running",
+        "running = deltas[t] + gamma * lambda_ * propagate[t - 1] * running",
+        "an advantage stops at the step that ends its trial, not one step off",
+    ),
+    _rollout(
+        "rollout-gae-truncation-flows",
+        "gae.py",
+        "propagate = not_terminal * (1.0 - truncated.float())",
+        "propagate = not_terminal",
+        "nothing flows back across a truncated trial's end",
+    ),
+    _rollout(
+        "rollout-gae-skips-last-row",
+        "gae.py",
+        "for t in range(T - 1, -1, -1):",
+        "for t in range(T - 2, -1, -1):",
+        "the rollout's last row gets its advantage (bootstrapped from row T's value)",
+    ),
+    _rollout(
+        "rollout-lstm-sequence-state-off-by-one",
+        "recurrent_learner.py",
+        "Columns.STATE_IN: {k: v[tf, nf] for k, v in states.items()},",
+        "Columns.STATE_IN: {k: v[tf - 1, nf] for k, v in states.items()},",
+        "an LSTM training sequence starts from the state its first step acted from",
+    ),
+    _rollout(
+        "rollout-lstm-state-not-reset",
+        "recurrent_runner.py",
+        "v[starts] = self._initial[k]",
+        "v[starts] = v[starts]",
+        "a new trial acts from the module's initial recurrent state",
+    ),
+    _rollout(
+        "rollout-obs-row-off-by-one",
+        "env_runner.py",
+        "rollout.obs[t + 1] = obs",
+        "rollout.obs[t] = obs",
+        "row t holds the observation the policy acted on at t (the step's result goes to t + 1)",
     ),
 )
 

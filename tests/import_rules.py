@@ -21,6 +21,8 @@ METHOD_ROLES: dict[str, str] = {
     "memo/rlmodule.py": "module",
     "memo/cache_keeper.py": "runner",
     "memo/connectors.py": "runner",
+    "memo/bulk_runner.py": "runner",
+    "memo/bulk_learner.py": "learner",
     "memo/batch.py": "learner",
     "memo/learner.py": "learner",
     "memo/settings.py": "settings",

@@ -3,7 +3,11 @@
 On Dark-Key-To-Door with RLlib's MLP policy (PPO, new API stack), for 0, 1 and 2 env runners
 (with the learner in the driver) and for 1 and 2 remote learners (DDP on CPU, the same total
 batch), each at ``--envs-per-runner`` envs per runner stepped by the env's native vectorized
-version and memrl's lean connectors (the defaults), plus comparison rows: RLlib's defaults
+version and memrl's lean connectors on RLlib's episode path (``vector``) and on the bulk path
+(``bulk``: rollouts as flat arrays from the vector env to the PPO loss, memrl.rollout; one learner
+at most), Memo rows (the model of ``--memo-config``, ``configs/memo_key_door.yaml`` by default, at
+its envs per runner, 0 runners) on both paths (``memo``, ``memo-bulk``), plus comparison rows:
+RLlib's defaults
 (gymnasium's SyncVectorEnv of single envs, action normalization, the default connectors) at 8
 envs (RLlib's default setting) and at ``--envs-per-runner`` envs, memrl's defaults with
 SyncVectorEnv stepping, and more envs per runner (``--more-envs``). The ceiling is the raw speed
@@ -57,6 +61,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=64,
         help="also measure 0 and 1 runners at this many envs per runner (0: skip)",
+    )
+    parser.add_argument(
+        "--memo-config",
+        default="configs/memo_key_door.yaml",
+        help="experiment YAML whose Memo model (and envs per runner) the Memo rows use ('': none)",
     )
     parser.add_argument("--train-batch", type=int, default=4000, help="env steps per iteration")
     parser.add_argument("--minibatch", type=int, default=1000, help="SGD minibatch size")
@@ -116,10 +125,17 @@ def experiment(
 ) -> dict[str, Any]:
     """The experiment config of one setting (the total train batch is the same for any learners).
 
-    ``mode``: an ``env_vectorize_mode``, or "rllib" for RLlib's own defaults (sync stepping,
-    action normalization on, the default module-to-env connectors)."""
+    ``mode``: an ``env_vectorize_mode`` (RLlib's episode path), "bulk" (the native vector env on
+    the bulk path), "memo" / "memo-bulk" (the Memo model of ``--memo-config`` on either path), or
+    "rllib" for RLlib's own defaults (sync stepping, action normalization on, the default
+    module-to-env connectors)."""
     per_learner = args.train_batch // max(1, learners)
     rllib = mode == "rllib"
+    bulk = mode in ("bulk", "memo-bulk")
+    model = {"type": "mlp", "hiddens": [64, 64], "lean_connectors": not rllib}
+    if mode.startswith("memo"):
+        model = memo_model(args.memo_config)
+        mode = "vector"
     return {
         "name": "scaling",
         "env": {
@@ -133,14 +149,33 @@ def experiment(
             "minibatch_size": min(args.minibatch, per_learner),
             "num_epochs": args.epochs,
         },
-        "model": {"type": "mlp", "hiddens": [64, 64], "lean_connectors": not rllib},
+        "model": model,
         "resources": {
             "num_env_runners": runners,
             "num_envs_per_env_runner": envs,
             "num_learners": learners,
-            "env_vectorize_mode": "sync" if rllib else mode,
+            "env_vectorize_mode": "sync" if rllib else "vector" if bulk else mode,
+            "sampler": "bulk" if bulk else "episodes",
         },
     }
+
+
+def memo_model(path: str) -> dict[str, Any]:
+    """The ``model`` section of the experiment YAML at ``path``; it must be a Memo model."""
+    from memrl.experiment.config import load_config
+    from memrl.experiment.settings import to_dict
+
+    model = to_dict(load_config(path).model)
+    if model.get("type") != "memo":
+        raise ValueError(f"--memo-config {path}: model.type is {model.get('type')!r}, not memo")
+    return model
+
+
+def memo_envs(path: str) -> int:
+    """Envs per runner of the experiment YAML at ``path``."""
+    from memrl.experiment.config import load_config
+
+    return load_config(path).resources.num_envs_per_env_runner
 
 
 def _pids(algo: Any) -> list[int]:
@@ -249,10 +284,16 @@ def settings(args: argparse.Namespace) -> list[tuple[int, int, int, str]]:
         if args.baseline_envs:
             out.append((0, 0, args.baseline_envs, "rllib"))
         out += [(0, 0, envs, "rllib"), (0, 0, envs, "sync")]
-    out += [(r, 0, envs, "vector") for r in runners]
+    for mode in ("vector", "bulk"):
+        out += [(r, 0, envs, mode) for r in runners]
     if args.more_envs and args.more_envs != envs and not args.quick:
-        out += [(r, 0, args.more_envs, "vector") for r in runners if r <= 1]
+        for mode in ("vector", "bulk"):
+            out += [(r, 0, args.more_envs, mode) for r in runners if r <= 1]
     out += [(0, n, envs, "vector") for n in learners if n > 0]
+    # The bulk path trains with one learner (remote or in the driver).
+    out += [(0, n, envs, "bulk") for n in learners if n == 1]
+    if args.memo_config:
+        out += [(0, 0, memo_envs(args.memo_config), m) for m in ("memo", "memo-bulk")]
     return out
 
 
@@ -334,7 +375,7 @@ def run(args: argparse.Namespace) -> int:
         rows,
         args.output,
         as_json=args.json,
-        title=f"Scaling on Dark-Key-To-Door (MLP, PPO, batch {args.train_batch}, "
+        title=f"Scaling on Dark-Key-To-Door (MLP and Memo, PPO, batch {args.train_batch}, "
         f"{args.epochs} epochs of minibatch {args.minibatch}; {cores} CPU cores)",
         plots=[
             Plot(x="setting", y="pipeline_steps_per_s", kind="bar", title="whole loop, steps/s"),

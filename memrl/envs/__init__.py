@@ -27,6 +27,7 @@ ENV_ENTRY_POINTS: dict[str, str] = {
 # it when ``resources.env_vectorize_mode`` is "auto" (the default) or "vector".
 VECTOR_ENTRY_POINTS: dict[str, str] = {
     "memrl/DarkKeyToDoor-v0": "memrl.envs.key_door:DarkKeyToDoorVectorEnv",
+    "memrl/MemoryCorridor-v0": "memrl.envs.corridor_vector:MemoryCorridorVectorEnv",
     "memrl/ObjNav-v0": "memrl.envs.objnav:ObjNavVectorEnv",
 }
 

@@ -15,11 +15,7 @@ from typing import Any
 
 from ray.rllib.callbacks.callbacks import RLlibCallback
 
-MAX_INDEXED = 10
-"""Inner-episode indices reported one by one (later ones go into ``inner_return_later``)."""
-SPREAD_INDEXED = 5
-"""Indices whose mean squared return is logged too (``inner_return_sq_<k>``): with the mean it
-gives the spread the training summary needs to tell a memory gain from noise."""
+from memrl.rollout.trial_metrics import MAX_INDEXED, log_trial_inner_episodes
 
 
 class InnerEpisodeMetrics(RLlibCallback):
@@ -57,22 +53,14 @@ class InnerEpisodeMetrics(RLlibCallback):
         if not ends:
             return
         returns = [r for r, _ in ends]
-        success = [ok for _, ok in ends]
-        for k, ret in enumerate(returns[:MAX_INDEXED]):
-            metrics_logger.log_value(f"inner_return_{k}", ret, reduce="mean", window=100)
-            if k < SPREAD_INDEXED:
-                metrics_logger.log_value(
-                    f"inner_return_sq_{k}", ret * ret, reduce="mean", window=100
-                )
-        if len(returns) > MAX_INDEXED:
-            later = returns[MAX_INDEXED:]
-            metrics_logger.log_value(
-                "inner_return_later", sum(later) / len(later), reduce="mean", window=100
-            )
-        metrics_logger.log_value(
-            "inner_success_rate", sum(success) / len(success), reduce="mean", window=100
+        later = returns[MAX_INDEXED:]
+        log_trial_inner_episodes(
+            metrics_logger,
+            returns[:MAX_INDEXED],
+            sum(later) / len(later) if later else None,
+            len(returns),
+            sum(ok for _, ok in ends),
         )
-        metrics_logger.log_value("inner_episodes", len(returns), reduce="mean", window=100)
 
 
 def inner_episode_stats(episodes: list[Any]) -> dict[str, Any]:

@@ -98,6 +98,11 @@ class ResourceSettings:
     memrl.envs.VECTOR_ENTRY_POINTS); sync: a runner's envs step one by one in its process; async:
     one subprocess per env (heavy envs); auto: vector where the env has one (and no fault
     injection is set), else sync."""
+    sampler: Literal["auto", "bulk", "episodes"] = "auto"
+    """bulk: env runners write whole rollouts into flat (T, N) arrays and the learner trains on
+    them directly (memrl.rollout: PPO, a model that supports it, vector or sync stepping, at
+    most one learner); episodes: RLlib's per-env episode objects and learner connectors; auto:
+    bulk where it applies and the env has a native vector form, else episodes."""
     num_cpus_per_env_runner: float = 1.0
     """CPUs each env runner reserves."""
     num_gpus_per_env_runner: float = 0.0

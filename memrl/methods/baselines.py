@@ -47,6 +47,10 @@ class MLPModel:
                 add_default_connectors_to_module_to_env_pipeline=False,
                 module_to_env_connector=lean_module_to_env,
             )
+        from memrl.rollout.select import apply_bulk, use_bulk
+
+        if use_bulk(algo, exp):
+            apply_bulk(algo)
 
 
 def lean_module_to_env(env: Any = None, spaces: Any = None) -> list[Any]:
@@ -88,3 +92,10 @@ class LSTMModel:
                 vf_share_layers=self.vf_share_layers,
             )
         )
+        from memrl.rollout.select import apply_bulk, use_bulk
+
+        if use_bulk(algo, exp):
+            from memrl.rollout.recurrent_learner import RecurrentBulkPPOLearner
+            from memrl.rollout.recurrent_runner import RecurrentBulkEnvRunner
+
+            apply_bulk(algo, RecurrentBulkEnvRunner, RecurrentBulkPPOLearner)

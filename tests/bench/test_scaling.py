@@ -9,7 +9,9 @@ import math
 import pytest
 
 from memrl.bench import scaling
+from memrl.experiment.build import build_algorithm_config
 from memrl.experiment.config import parse_config
+from memrl.rollout.env_runner import BulkEnvRunner
 
 
 def _args(*argv: str) -> argparse.Namespace:
@@ -26,15 +28,26 @@ def test_default_settings_cover_runners_learners_and_the_old_defaults():
         (0, 0, 256, "vector"),
         (1, 0, 256, "vector"),
         (2, 0, 256, "vector"),
+        (0, 0, 256, "bulk"),
+        (1, 0, 256, "bulk"),
+        (2, 0, 256, "bulk"),
         (0, 0, 64, "vector"),
         (1, 0, 64, "vector"),
+        (0, 0, 64, "bulk"),
+        (1, 0, 64, "bulk"),
         (0, 1, 256, "vector"),
         (0, 2, 256, "vector"),
+        (0, 1, 256, "bulk"),
+        (0, 0, 40, "memo"),
+        (0, 0, 40, "memo-bulk"),
     ]
-    assert scaling.settings(_args("--quick", "--learners", "")) == [
+    assert scaling.settings(_args("--quick", "--learners", "", "--memo-config", "")) == [
         (0, 0, 256, "vector"),
         (1, 0, 256, "vector"),
         (2, 0, 256, "vector"),
+        (0, 0, 256, "bulk"),
+        (1, 0, 256, "bulk"),
+        (2, 0, 256, "bulk"),
     ]
     with pytest.raises(ValueError, match="must be >= 0"):
         scaling.settings(_args("--runners", "-1"))
@@ -47,7 +60,18 @@ def test_every_setting_is_a_valid_experiment_with_the_same_total_batch():
         assert exp.resources.num_env_runners == runners and exp.resources.num_learners == learners
         assert exp.resources.num_envs_per_env_runner == envs
         rllib = mode == "rllib"
-        assert exp.resources.env_vectorize_mode == ("sync" if rllib else mode)
+        bulk = mode in ("bulk", "memo-bulk")
+        vectorize = "sync" if rllib else mode if mode in ("sync", "vector") else "vector"
+        assert exp.resources.env_vectorize_mode == vectorize
+        assert exp.resources.sampler == ("bulk" if bulk else "episodes")
+        algo = build_algorithm_config(exp)
+        assert (algo.env_runner_cls is not None) is bulk
+        assert (exp.model.TAG_KEY[1] == "memo") is mode.startswith("memo")
+        if mode.startswith("memo"):
+            assert exp.model.l_seg == 20  # configs/memo_key_door.yaml's model
+            assert exp.algorithm.train_batch_size * max(1, learners) == args.train_batch
+            continue
+        assert issubclass(algo.env_runner_cls or BulkEnvRunner, BulkEnvRunner)
         assert exp.model.lean_connectors is not rllib
         assert exp.env.normalize_actions is (True if rllib else None)
         assert exp.algorithm.train_batch_size * max(1, learners) == args.train_batch

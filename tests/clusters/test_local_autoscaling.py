@@ -70,7 +70,7 @@ def test_browser_runners_scale_a_browser_node_up_and_idle_scales_it_down(tmp_pat
         runners = [
             a
             for a in cluster.state("actors")
-            if a.get("class_name", "").endswith("SingleAgentEnvRunner")
+            if a.get("class_name", "").endswith("EnvRunner")  # RLlib's or memrl's bulk one
         ]
         assert [a["node_id"] for a in runners] == [node["node_id"]]
         assert node["resources_total"]["browser"] == 2  # the browser_env_runner type's

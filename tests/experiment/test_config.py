@@ -138,7 +138,8 @@ def test_algorithm_config_carries_the_settings():
     "env, resources, fault, mode",
     [
         ({}, {}, {}, "vector_entry_point"),  # auto + a native vector env
-        ({"id": "memrl/MemoryCorridor-v0"}, {}, {}, "sync"),  # auto, no native vector env
+        ({"id": "memrl/MemoryCorridor-v0"}, {}, {}, "vector_entry_point"),
+        ({"id": "CartPole-v1"}, {}, {}, "sync"),  # auto, no native vector env
         ({}, {"env_vectorize_mode": "sync"}, {}, "sync"),
         ({}, {"env_vectorize_mode": "async"}, {}, "async"),
         ({}, {}, {"step_error_probability": 0.1}, "sync"),  # faults wrap single envs
@@ -156,7 +157,7 @@ def test_vectorize_mode(env, resources, fault, mode):
     [
         (
             {
-                "env": {"id": "memrl/MemoryCorridor-v0"},
+                "env": {"id": "CartPole-v1"},
                 "resources": {"env_vectorize_mode": "vector"},
             },
             "has no native vectorized version",

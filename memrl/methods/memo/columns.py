@@ -13,3 +13,7 @@ weight sync with ``seg_randomization``); the learner's loss pass uses the same o
 
 VF_PREDS = "memo_vf_preds"
 """Forward-train output: the critic's values (B, T) in its normalized units."""
+
+MEMO_PREFIX_OBS = "memo_prefix_obs"
+"""Bulk rollout extra: (N, P, *obs_shape) each env's trial observations before the rollout's first
+row (env n's first ``trial_t[0, n]`` entries), the context of rows that start mid-trial."""

@@ -6,7 +6,10 @@
   (connectors.py) and a lookback horizon of one whole trial;
 - the learner side: the connector that builds whole-trial rows with GAE (batch.py) and the PPO
   learner that packs whole rows into minibatches (learner.py), data-parallel (DDP) across
-  ``num_learners`` learners.
+  ``num_learners`` learners;
+- or, where ``resources.sampler`` picks the bulk path (memrl.rollout), the bulk env runner that
+  steps the native vector env into arrays (bulk_runner.py) and the learner that makes the same
+  rows from them (bulk_learner.py).
 FCT, RMT and streaming variants are modes of the same network (``mode``, ``fct_window``,
 ``max_summaries``).
 """
@@ -146,11 +149,24 @@ class MemoModelSettings(MemoModuleConfig):
             add_default_connectors_to_learner_pipeline=False,
         )
         algo_config.learners(learner_class=MemoPPOLearner)
+        from memrl.rollout.select import apply_bulk, use_bulk
+
+        if use_bulk(algo_config, exp, self.bulk_refusal()):
+            from memrl.methods.memo.bulk_learner import MemoBulkLearner
+            from memrl.methods.memo.bulk_runner import MemoBulkEnvRunner
+
+            apply_bulk(algo_config, MemoBulkEnvRunner, MemoBulkLearner)
         if exp.resources.num_learners > 1:
             # DDP waits for a gradient of every parameter unless told some may have none.
             algo_config.framework(
                 torch_ddp_kwargs={"find_unused_parameters": self.leaves_parameters_unused()}
             )
+
+    def bulk_refusal(self) -> str | None:
+        """Why this Memo cannot run on the bulk path (None: it can)."""
+        if self.image_obs is not None:
+            return "Memo's frozen image features (model.image_obs) are not on the bulk path"
+        return None
 
     def leaves_parameters_unused(self) -> bool:
         """Whether a loss pass can leave parameters without a gradient: fct never reads the

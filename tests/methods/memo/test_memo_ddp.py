@@ -139,7 +139,7 @@ DDP_SCRIPT = textwrap.dedent(
         exp = parse_config({**TINY, "model": TINY_MEMO, "algorithm": {
             "name": "ppo", "train_batch_size": 400, "minibatch_size": 400, "num_epochs": 1},
             "resources": {"num_env_runners": 0, "num_envs_per_env_runner": 4,
-                          "num_learners": learners}})
+                          "num_learners": learners, "sampler": "episodes"}})
         return build_algo(build_algorithm_config(exp), out / f"rllib{learners}")
 
     def losses(results):

@@ -1,0 +1,183 @@
+"""Memo's learner on bulk rollouts: (T, N) arrays -> whole-trial (B, T') rows in array operations.
+
+``MemoBulkLearner`` is ``MemoPPOLearner`` (same loss, same row minibatches) fed by
+``trial_rows`` instead of the ``MemoTrialBatch`` connector. Each trial chunk of a rollout (an
+env's consecutive real steps of one trial) becomes one row from its trial's first step: the
+context before the rollout comes from ``memo_prefix_obs``, the chunk's steps sit at their trial
+steps (``Rollout.trial_t``), and the observation after its last step (the next one, or the
+trial's final one on the reset row) closes the row for the bootstrap value. Values come from one
+no-grad pass over the rows; GAE runs on the (T, N) arrays (``memrl.rollout.gae``) and its
+results are scattered back into the rows, where the loss mask covers the chunk's own steps.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from ray.rllib.core.columns import Columns
+from ray.rllib.evaluation.postprocessing import Postprocessing
+
+from memrl.methods.memo.columns import MEMO_PREFIX_OBS, MEMO_SEG_LEN
+from memrl.methods.memo.learner import MemoPPOLearner, _distributed, row_minibatches
+from memrl.rollout.arrays import Rollout, as_tensor
+from memrl.rollout.gae import gae
+from memrl.rollout.learner import StepsLoggedOnce, rollouts_in
+
+
+class MemoBulkLearner(StepsLoggedOnce, MemoPPOLearner):
+    """MemoPPOLearner that also takes ``Rollout`` lists; see the module docstring."""
+
+    def _create_iterator_if_necessary(self, *, training_data: Any, **kwargs: Any) -> Any:
+        rollouts = rollouts_in(training_data.episodes)
+        if rollouts is None:
+            return super()._create_iterator_if_necessary(training_data=training_data, **kwargs)
+        (module_id,) = self.module.keys()
+        config = self.config.get_config_for_module(module_id)
+        module = self.module[module_id].unwrapped()
+        batch = memo_rollout_batch(
+            module, rollouts, gamma=config.gamma, lambda_=config.lambda_, device=self._device
+        )
+        env_steps = sum(len(r) for r in rollouts)
+        self._memo_first_minibatch = True
+        return self.log_steps_once(
+            list(
+                row_minibatches(
+                    {module_id: batch},
+                    kwargs.get("minibatch_size") or env_steps,
+                    kwargs.get("num_epochs", 1),
+                    env_steps,
+                    seed=int(self._weights_seq_no),
+                    same_count=_distributed(),
+                )
+            )
+        )
+
+
+def trial_rows(rollout: Rollout) -> dict[str, Any]:
+    """The row layout of a rollout's trial chunks (numpy, no values yet).
+
+    Returns:
+        ``obs`` (B, T', *obs_shape) from each trial's first step; ``actions``, ``logp``
+        (B, T'), ``dist`` (B, T', D) and ``mask`` (B, T') on the chunks' own steps; and the
+        layout: ``row`` / ``step`` (T, N), the row and trial step of every real step, and
+        ``end`` (T, N), the steps that close a row (their next observation is the row's last).
+    """
+    valid = rollout.valid
+    T, N = valid.shape
+    step = rollout.trial_t.astype(np.int64)
+    starts = valid.copy()
+    starts[1:] &= ~valid[:-1]  # a real step after a reset row (or the rollout's first row)
+    done = rollout.terminated | rollout.truncated
+    end = valid & done
+    end[-1] |= valid[-1]
+    # Rows in env-major order: the cumulative count of starts up to (n, t), minus one.
+    row = (np.cumsum(starts.T.ravel()) - 1).reshape(N, T).T  # (T, N)
+    B = int(starts.sum())
+    width = int((step[end] + 2).max()) if B else 1
+    obs_shape = rollout.obs.shape[2:]
+    obs = np.zeros((B, width, *obs_shape), rollout.obs.dtype)
+    t_idx, n_idx = np.nonzero(valid)
+    r, s = row[t_idx, n_idx], step[t_idx, n_idx]
+    obs[r, s] = rollout.obs[t_idx, n_idx]
+    te, ne = np.nonzero(end)
+    obs[row[te, ne], step[te, ne] + 1] = rollout.obs[te + 1, ne]
+    # Context before the rollout: rows that start at row 0 mid-trial.
+    prefix = rollout.extras.get(MEMO_PREFIX_OBS)
+    first = np.flatnonzero(valid[0] & (step[0] > 0))
+    if len(first):
+        if prefix is None or prefix.shape[1] < int(step[0, first].max()):
+            raise ValueError("a Memo rollout starts mid-trial without its trial's observations")
+        ii, kk = np.nonzero(np.arange(prefix.shape[1])[None, :] < step[0, first][:, None])
+        obs[row[0, first[ii]], kk] = prefix[first[ii], kk]
+    actions = np.zeros((B, width, *rollout.actions.shape[2:]), rollout.actions.dtype)
+    logp = np.zeros((B, width), np.float32)
+    dist = np.zeros((B, width, rollout.dist_inputs.shape[-1]), np.float32)
+    mask = np.zeros((B, width), bool)
+    actions[r, s] = rollout.actions[t_idx, n_idx]
+    logp[r, s] = rollout.logp[t_idx, n_idx]
+    dist[r, s] = rollout.dist_inputs[t_idx, n_idx]
+    mask[r, s] = True
+    return {
+        "obs": obs,
+        "actions": actions,
+        "logp": logp,
+        "dist": dist,
+        "mask": mask,
+        "row": row,
+        "step": step,
+        "end": end,
+    }
+
+
+@torch.no_grad()
+def memo_rollout_batch(
+    module: Any,
+    rollouts: list[Rollout],
+    *,
+    gamma: float,
+    lambda_: float,
+    device: Any = None,
+    update_value_norm: bool = True,
+) -> dict[str, torch.Tensor]:
+    """Memo's (B, T') train batch of some rollouts (the columns ``MemoTrialBatch`` makes);
+    ``update_value_norm``: move the critic's value normalization to the new targets, as the
+    connector does before the loss reads them."""
+    parts = []
+    for ro in rollouts:
+        rows = trial_rows(ro)
+        seg = int(ro.extras.get(MEMO_SEG_LEN) or module.memo_cfg.l_seg)
+        B, width = rows["mask"].shape
+        obs = torch.from_numpy(rows["obs"]).to(device)
+        seg_rows = torch.full((B,), seg, dtype=torch.long, device=device)
+        values = module.compute_values({Columns.OBS: obs, MEMO_SEG_LEN: seg_rows})  # (B, T')
+        values = values.float().cpu().numpy()
+        valid, row, step, end = ro.valid, rows["row"], rows["step"], rows["end"]
+        values_tn = np.zeros((ro.num_steps + 1, ro.num_envs), np.float32)  # (T + 1, N)
+        values_tn[:-1][valid] = values[row[valid], step[valid]]
+        te, ne = np.nonzero(end)
+        values_tn[te + 1, ne] = values[row[te, ne], step[te, ne] + 1]
+        adv_tn, targets_tn = gae(
+            torch.from_numpy(values_tn),
+            as_tensor(ro.rewards),
+            as_tensor(ro.terminated),
+            as_tensor(ro.truncated),
+            as_tensor(valid),
+            gamma=gamma,
+            lambda_=lambda_,
+        )
+        adv = np.zeros((B, width), np.float32)
+        targets = np.zeros((B, width), np.float32)
+        adv[row[valid], step[valid]] = adv_tn.numpy()[valid]
+        targets[row[valid], step[valid]] = targets_tn.numpy()[valid]
+        parts.append({**rows, "adv": adv, "targets": targets, "seg": np.full(B, seg, np.int64)})
+    width = max(p["mask"].shape[1] for p in parts)
+
+    def cat(key: str) -> np.ndarray:
+        padded = []
+        for p in parts:
+            x = p[key]
+            if x.ndim >= 2 and x.shape[1] < width:
+                pad = [(0, 0), (0, width - x.shape[1])] + [(0, 0)] * (x.ndim - 2)
+                x = np.pad(x, pad)
+            padded.append(x)
+        return np.concatenate(padded)
+
+    mask = cat("mask")
+    adv, targets = cat("adv"), cat("targets")
+    sel = adv[mask]
+    adv[mask] = (sel - sel.mean()) / max(float(sel.std()), 1e-4)
+    if update_value_norm:
+        module.vf.update(torch.from_numpy(targets[mask]).to(device))
+    data = {
+        Columns.OBS: cat("obs"),
+        Columns.ACTIONS: cat("actions"),
+        Columns.ACTION_LOGP: cat("logp"),
+        Columns.ACTION_DIST_INPUTS: cat("dist"),
+        Columns.LOSS_MASK: mask,
+        Postprocessing.ADVANTAGES: adv,
+        Postprocessing.VALUE_TARGETS: targets,
+        MEMO_SEG_LEN: cat("seg"),
+    }
+    return {k: torch.from_numpy(v).to(device) for k, v in data.items()}

@@ -1,0 +1,121 @@
+"""Memo on the bulk path against RLlib's episode path (no Ray): the same seed and weights act the
+same, and the learner rows (observations from trial step 0, loss mask, GAE) come out the same from
+the arrays as from the episode chunks, for rollouts that start and end mid-trial."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from memrl_testing import TINY_MEMO
+from ray.rllib.core import DEFAULT_MODULE_ID
+from ray.rllib.core.columns import Columns
+from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
+from ray.rllib.evaluation.postprocessing import Postprocessing
+
+from memrl.experiment.build import build_algorithm_config
+from memrl.experiment.config import parse_config
+from memrl.methods.memo.bulk_learner import MemoBulkLearner, memo_rollout_batch, trial_rows
+from memrl.methods.memo.bulk_runner import MemoBulkEnvRunner
+from memrl.methods.memo.columns import MEMO_SEG_LEN
+
+NUM_ENVS = 3
+STEPS = 60  # 20 rows per env: 30-step trials span rollouts
+
+
+def _config(sampler: str, mode: str = "memo"):
+    exp = parse_config(
+        {
+            "env": {"config": {"size": 4, "episode_len": 6, "trial_len": 30}},
+            "model": {**TINY_MEMO, "mode": mode},
+            "algorithm": {"name": "ppo", "train_batch_size": STEPS, "minibatch_size": 30},
+            "resources": {"num_envs_per_env_runner": NUM_ENVS, "sampler": sampler},
+            "run": {"seed": 5},
+        }
+    )
+    return build_algorithm_config(exp)
+
+
+def _chunks(rollout) -> list[tuple[int, int, int]]:
+    """(env, first row, end row) of each trial chunk, in the order RLlib's runner returns them."""
+    steps, envs = rollout.valid.shape
+    done, start = [], [None] * envs
+    for t in range(steps):
+        for n in range(envs):
+            if not rollout.valid[t, n]:
+                continue
+            if start[n] is None:
+                start[n] = t
+            if rollout.terminated[t, n] or rollout.truncated[t, n]:
+                done.append((n, start[n], t + 1))
+                start[n] = None
+    return done + [(n, s, steps) for n, s in enumerate(start) if s is not None]
+
+
+@pytest.mark.parametrize("mode", ["memo", "fct", "rmt"])
+def test_bulk_memo_acts_and_batches_as_the_episode_path(mode):
+    config = _config("bulk", mode)
+    assert config.env_runner_cls is MemoBulkEnvRunner
+    old = SingleAgentEnvRunner(config=_config("episodes", mode))
+    new = MemoBulkEnvRunner(config=config)
+    spaces = {DEFAULT_MODULE_ID: (new.env.single_observation_space, new.env.single_action_space)}
+    learner = config.build_learner(spaces=spaces)
+    assert isinstance(learner, MemoBulkLearner)
+    module = learner.module[DEFAULT_MODULE_ID].unwrapped()
+    weights = zip(old.module.state_dict().values(), new.module.state_dict().values(), strict=True)
+    assert all(torch.equal(a, b) for a, b in weights)
+    mid_trial = 0
+    for round_ in range(4):
+        torch.manual_seed(round_)
+        episodes = old.sample(num_timesteps=STEPS, explore=True)
+        torch.manual_seed(round_)
+        (rollout,) = new.sample(num_timesteps=STEPS, explore=True)
+        chunks = _chunks(rollout)
+        assert len(chunks) == len(episodes)
+        for (n, s, e), episode in zip(chunks, episodes, strict=True):
+            np.testing.assert_array_equal(rollout.actions[s:e, n], episode.get_actions())
+            assert rollout.extras[MEMO_SEG_LEN] == int(
+                episode.get_extra_model_outputs(MEMO_SEG_LEN)[0]
+            )
+            mid_trial += episode.t_started > 0
+        ours = memo_rollout_batch(
+            module, [rollout], gamma=0.99, lambda_=0.95, update_value_norm=False
+        )
+        theirs = learner._learner_connector(
+            rl_module=learner.module,
+            batch={},
+            episodes=episodes,
+            shared_data={},
+            metrics=learner.metrics,
+        )[DEFAULT_MODULE_ID]
+        rows = trial_rows(rollout)["row"]
+        order = [int(rows[s, n]) for n, s, _ in chunks]
+        for key in (
+            Columns.OBS,
+            Columns.ACTIONS,
+            Columns.LOSS_MASK,
+            MEMO_SEG_LEN,
+            Postprocessing.VALUE_TARGETS,
+            Postprocessing.ADVANTAGES,
+        ):
+            np.testing.assert_allclose(
+                ours[key][order].float().numpy(),
+                theirs[key].float().numpy(),
+                rtol=1e-4,
+                atol=1e-4,
+                err_msg=key,
+            )
+    assert mid_trial >= NUM_ENVS  # rows that needed the context before their rollout
+    old.stop()
+    new.stop()
+
+
+def test_a_rollout_that_starts_mid_trial_needs_its_prefix():
+    new = MemoBulkEnvRunner(config=_config("bulk"))
+    new.sample(num_timesteps=STEPS)
+    (rollout,) = new.sample(num_timesteps=STEPS)
+    new.stop()
+    assert (rollout.trial_t[0] > 0).any()
+    rollout.extras.pop("memo_prefix_obs")
+    with pytest.raises(ValueError, match="without its trial's observations"):
+        trial_rows(rollout)
