@@ -163,7 +163,7 @@ def experiment(
 def memo_model(path: str) -> dict[str, Any]:
     """The ``model`` section of the experiment YAML at ``path``; it must be a Memo model."""
     from memrl.experiment.config import load_config
-    from memrl.experiment.settings import to_dict
+    from memrl.experiment.dataclass_dicts import to_dict
 
     model = to_dict(load_config(path).model)
     if model.get("type") != "memo":
