@@ -5,14 +5,13 @@ On Dark-Key-To-Door with RLlib's MLP policy (PPO, new API stack), for 0, 1 and 2
 batch), each at ``--envs-per-runner`` envs per runner stepped by the env's native vectorized
 version and memrl's lean connectors on RLlib's episode path (``vector``) and on the bulk path
 (``bulk``: rollouts as flat arrays from the vector env to the PPO loss, memrl.rollout; one learner
-at most), Memo rows (the model of ``--memo-config``, ``configs/memo_key_door.yaml`` by default, at
-its envs per runner, 0 runners) on both paths (``memo``, ``memo-bulk``), plus comparison rows:
-RLlib's defaults
-(gymnasium's SyncVectorEnv of single envs, action normalization, the default connectors) at 8
-envs (RLlib's default setting) and at ``--envs-per-runner`` envs, memrl's defaults with
-SyncVectorEnv stepping, and more envs per runner (``--more-envs``). The ceiling is the raw speed
-of one env stepped in a plain loop in one process, random actions; the native vectorized env
-alone is reported too.
+at most), Memo rows (the model, envs per runner and PPO batch, minibatch and epochs of
+``--memo-config``, ``configs/memo_key_door.yaml`` by default; 0 runners) on both paths
+(``memo``, ``memo-bulk``), plus comparison rows: RLlib's defaults (gymnasium's SyncVectorEnv
+of single envs, action normalization, the default connectors) at 8 envs (RLlib's default
+setting) and at ``--envs-per-runner`` envs, memrl's defaults with SyncVectorEnv stepping, and
+more envs per runner (``--more-envs``). The ceiling is the raw speed of one env stepped in a
+plain loop in one process, random actions; the native vectorized env alone is reported too.
 
 Columns: ``pipeline_steps_per_s`` (env steps per wall second of whole ``train()`` iterations:
 sampling + learning + weight sync), ``sampling_steps_per_s`` (a sampling-only round of one train
@@ -65,7 +64,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--memo-config",
         default="configs/memo_key_door.yaml",
-        help="experiment YAML whose Memo model (and envs per runner) the Memo rows use ('': none)",
+        help="experiment YAML whose Memo model, envs per runner and PPO batch settings the Memo "
+        "rows use ('': none)",
     )
     parser.add_argument("--train-batch", type=int, default=4000, help="env steps per iteration")
     parser.add_argument("--minibatch", type=int, default=1000, help="SGD minibatch size")
@@ -130,11 +130,13 @@ def experiment(
     "rllib" for RLlib's own defaults (sync stepping, action normalization on, the default
     module-to-env connectors)."""
     per_learner = args.train_batch // max(1, learners)
+    minibatch, epochs = min(args.minibatch, per_learner), args.epochs
     rllib = mode == "rllib"
     bulk = mode in ("bulk", "memo-bulk")
     model = {"type": "mlp", "hiddens": [64, 64], "lean_connectors": not rllib}
     if mode.startswith("memo"):
-        model = memo_model(args.memo_config)
+        model, ppo = memo_model(args.memo_config)
+        per_learner, minibatch, epochs = ppo.train_batch_size, ppo.minibatch_size, ppo.num_epochs
         mode = "vector"
     return {
         "name": "scaling",
@@ -146,8 +148,8 @@ def experiment(
         "algorithm": {
             "name": "ppo",
             "train_batch_size": per_learner,
-            "minibatch_size": min(args.minibatch, per_learner),
-            "num_epochs": args.epochs,
+            "minibatch_size": minibatch,
+            "num_epochs": epochs,
         },
         "model": model,
         "resources": {
@@ -160,15 +162,17 @@ def experiment(
     }
 
 
-def memo_model(path: str) -> dict[str, Any]:
-    """The ``model`` section of the experiment YAML at ``path``; it must be a Memo model."""
+def memo_model(path: str) -> tuple[dict[str, Any], Any]:
+    """The ``model`` section (a dict) and the PPO settings of the experiment YAML at ``path``; its
+    model must be a Memo model."""
     from memrl.experiment.config import load_config
     from memrl.experiment.dataclass_dicts import to_dict
 
-    model = to_dict(load_config(path).model)
+    exp = load_config(path)
+    model = to_dict(exp.model)
     if model.get("type") != "memo":
         raise ValueError(f"--memo-config {path}: model.type is {model.get('type')!r}, not memo")
-    return model
+    return model, exp.algorithm
 
 
 def memo_envs(path: str) -> int:

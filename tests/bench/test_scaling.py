@@ -68,8 +68,10 @@ def test_every_setting_is_a_valid_experiment_with_the_same_total_batch():
         assert (algo.env_runner_cls is not None) is bulk
         assert (exp.model.TAG_KEY[1] == "memo") is mode.startswith("memo")
         if mode.startswith("memo"):
-            assert exp.model.l_seg == 20  # configs/memo_key_door.yaml's model
-            assert exp.algorithm.train_batch_size * max(1, learners) == args.train_batch
+            # configs/memo_key_door.yaml's model and PPO batch settings, not the MLP rows'.
+            assert exp.model.l_seg == 20
+            assert (exp.algorithm.train_batch_size, exp.algorithm.minibatch_size) == (4000, 1000)
+            assert exp.algorithm.num_epochs == 2 != args.epochs
             continue
         assert issubclass(algo.env_runner_cls or BulkEnvRunner, BulkEnvRunner)
         assert exp.model.lean_connectors is not rllib

@@ -9,6 +9,12 @@ learner rebuilds its rows from (``Rollout.extras``):
 - ``memo_prefix_obs``: (N, P, *obs_shape) the observations of each env's trial before row 0
   (env n's first ``trial_t[0, n]`` entries; P is the longest);
 - ``memo_seg_len``: the segment length the rollout was acted with.
+
+A trial's cache is emptied as soon as the trial ends: the reset row that follows (whose action
+the env ignores) is acted on as a new trial's first step, and new weights arriving between the
+end and that row do not rebuild (KV refresh) caches that are about to be dropped; with trials
+that end together at the rollout's end (``train_batch_size`` a multiple of the envs times the
+trial length) the refresh has nothing to rebuild.
 """
 
 from __future__ import annotations
@@ -53,5 +59,12 @@ class MemoBulkEnvRunner(BulkEnvRunner):
                 "for the learner; set model.max_trial_len to the env's longest trial"
             )
         self._history[np.arange(self.num_envs), trial_t] = rollout.obs[t]
-        batch[MEMO_TRIAL_T] = trial_t.astype(np.int64)
+        # Reset rows (trial over) restart their cache: nothing acted there is kept.
+        batch[MEMO_TRIAL_T] = np.where(rollout.valid[t], trial_t, 0).astype(np.int64)
         return batch
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        keeper = getattr(self.module, "_keeper", None)
+        if keeper is not None and self._next_obs is not None:
+            keeper.forget(np.flatnonzero(self._done))  # not rebuilt under the new weights
+        super().set_state(state)

@@ -102,6 +102,14 @@ class MemoCacheKeeper:
         tokens, self.peak_tokens = self.peak_tokens, 0
         return tokens, self.net.kv_bytes(tokens)
 
+    def forget(self, slots: np.ndarray) -> None:
+        """Empties the caches of ``slots`` (indices) whose trials have ended: a refresh skips
+        them, and their next step must be a trial's first (``trial_t`` 0)."""
+        if self.cache is None or not len(slots):
+            return
+        self.net.reset_cache(self.cache, slots)
+        self.lengths[slots] = 0
+
     @torch.no_grad()
     def refresh(self, seg_len: int | None = None) -> None:
         """Recomputes every ongoing trial's cache from its stored inputs with current weights

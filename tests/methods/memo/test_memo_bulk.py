@@ -119,3 +119,27 @@ def test_a_rollout_that_starts_mid_trial_needs_its_prefix():
     rollout.extras.pop("memo_prefix_obs")
     with pytest.raises(ValueError, match="without its trial's observations"):
         trial_rows(rollout)
+
+
+def test_new_weights_rebuild_only_the_caches_of_ongoing_trials(monkeypatch):
+    runner = MemoBulkEnvRunner(config=_config("bulk"))
+    rebuilt = []
+    net = runner.module.net
+    prefill = net.prefill
+    monkeypatch.setattr(
+        net, "prefill", lambda x, *a, **k: rebuilt.append(len(x)) or prefill(x, *a, **k)
+    )
+    runner.sample(num_timesteps=STEPS)  # 20 rows of 30-step trials: all mid-trial
+    keeper = runner.module._keeper
+    runner.set_state(runner.get_state())
+    assert sum(rebuilt) == NUM_ENVS and (keeper.lengths == 20).all()
+    rebuilt.clear()
+    runner.sample(num_timesteps=NUM_ENVS * 10)  # every trial ends at the rollout's last row
+    assert runner._done.all()
+    runner.set_state(runner.get_state())
+    assert rebuilt == [] and (keeper.lengths == 0).all()
+    # The reset row starts each cache afresh and the next trials run from step 0.
+    (rollout,) = runner.sample(num_timesteps=STEPS)
+    assert not rollout.valid[0].any() and (rollout.trial_t[1] == 0).all()
+    np.testing.assert_array_equal(keeper.lengths, rollout.trial_t[-1] + 1)
+    runner.stop()
