@@ -455,6 +455,13 @@ CATALOGUE: tuple[Breakage, ...] = (
         "obs[row[te, ne], step[te, ne] + 1] = rollout.obs[te, ne]",
         "a bulk row ends with the observation after its last step (the bootstrap value's)",
     ),
+    _memo(
+        "memo-bulk-reset-row-continues-trial",
+        "bulk_runner.py",
+        "batch[MEMO_TRIAL_T] = np.where(rollout.valid[t], trial_t, 0).astype(np.int64)",
+        "batch[MEMO_TRIAL_T] = trial_t.astype(np.int64)",
+        "a reset row restarts its cache (ended trials are not rebuilt under new weights)",
+    ),
     # --- bulk rollouts: GAE over (T, N) arrays and the runner's rows ------------------------
     _rollout(
         "rollout-gae-propagate-off-by-one",

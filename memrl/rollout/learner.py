@@ -10,7 +10,7 @@ own sampling path) go through RLlib's pipeline as before.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -82,43 +82,59 @@ class StepsLoggedOnce:
         return None
 
 
-class BulkPPOLearner(StepsLoggedOnce, PPOTorchLearner):
-    """PPOTorchLearner that takes ``Rollout`` lists as its episodes; see the module docstring."""
+class RolloutLearner(StepsLoggedOnce):
+    """Learner mixin of the bulk path: a list of ``Rollout``s (what ``BulkEnvRunner.sample``
+    returns) becomes the update's minibatches through ``rollout_minibatches``; anything else
+    (RLlib's episodes) goes to the next learner class in the MRO."""
 
-    def _create_iterator_if_necessary(
-        self,
-        *,
-        training_data: Any,
-        num_total_minibatches: int = 0,
-        num_epochs: int = 1,
-        minibatch_size: int | None = None,
-        shuffle_batch_per_epoch: bool = False,
-        **kwargs: Any,
-    ) -> Any:
+    def _create_iterator_if_necessary(self, *, training_data: Any, **kwargs: Any) -> Any:
         rollouts = rollouts_in(training_data.episodes)
         if rollouts is None:
-            return super()._create_iterator_if_necessary(
-                training_data=training_data,
-                num_total_minibatches=num_total_minibatches,
-                num_epochs=num_epochs,
-                minibatch_size=minibatch_size,
-                shuffle_batch_per_epoch=shuffle_batch_per_epoch,
-                **kwargs,
-            )
+            return super()._create_iterator_if_necessary(training_data=training_data, **kwargs)
         (module_id,) = self.module.keys()
-        config = self.config.get_config_for_module(module_id)
-        batch = rollout_batch(
+        minibatches = self.rollout_minibatches(
+            module_id,
             self.module[module_id].unwrapped(),
+            self.config.get_config_for_module(module_id),
             rollouts,
-            gamma=config.gamma,
-            lambda_=config.lambda_,
-            device=self._device,
+            minibatch_size=kwargs.get("minibatch_size"),
+            num_epochs=max(1, kwargs.get("num_epochs") or 1),
+        )
+        return self.log_steps_once(list(minibatches))
+
+    def rollout_minibatches(
+        self,
+        module_id: str,
+        module: RLModule,
+        config: Any,
+        rollouts: list[Rollout],
+        *,
+        minibatch_size: int | None,
+        num_epochs: int,
+    ) -> Iterable[MultiAgentBatch]:
+        """The minibatches of one update on ``rollouts`` (``config``: the module's algorithm
+        config; ``minibatch_size`` None: the whole batch)."""
+        raise NotImplementedError
+
+
+class BulkPPOLearner(RolloutLearner, PPOTorchLearner):
+    """PPOTorchLearner that takes ``Rollout`` lists as its episodes; see the module docstring."""
+
+    def rollout_minibatches(
+        self,
+        module_id: str,
+        module: RLModule,
+        config: Any,
+        rollouts: list[Rollout],
+        *,
+        minibatch_size: int | None,
+        num_epochs: int,
+    ) -> Iterable[MultiAgentBatch]:
+        batch = rollout_batch(
+            module, rollouts, gamma=config.gamma, lambda_=config.lambda_, device=self._device
         )
         seed = (int(self.config.seed or 0), int(self._weights_seq_no))
-        minibatches = list(
-            flat_minibatches(module_id, batch, minibatch_size, num_epochs, seed=seed)
-        )
-        return self.log_steps_once(minibatches)
+        return flat_minibatches(module_id, batch, minibatch_size, num_epochs, seed=seed)
 
 
 def rollouts_in(episodes: Any) -> list[Rollout] | None:

@@ -10,6 +10,7 @@ over the sequences gives, without the padding).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -21,21 +22,24 @@ from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 
 from memrl.rollout.arrays import Rollout, as_tensor
 from memrl.rollout.gae import gae
-from memrl.rollout.learner import StepsLoggedOnce, rollouts_in
+from memrl.rollout.learner import RolloutLearner
 from memrl.rollout.recurrent_runner import STATE_IN, STATE_LAST
 
 
-class RecurrentBulkPPOLearner(StepsLoggedOnce, PPOTorchLearner):
+class RecurrentBulkPPOLearner(RolloutLearner, PPOTorchLearner):
     """PPOTorchLearner that takes ``Rollout`` lists of a stateful module; see the module
     docstring."""
 
-    def _create_iterator_if_necessary(self, *, training_data: Any, **kwargs: Any) -> Any:
-        rollouts = rollouts_in(training_data.episodes)
-        if rollouts is None:
-            return super()._create_iterator_if_necessary(training_data=training_data, **kwargs)
-        (module_id,) = self.module.keys()
-        config = self.config.get_config_for_module(module_id)
-        module = self.module[module_id].unwrapped()
+    def rollout_minibatches(
+        self,
+        module_id: str,
+        module: Any,
+        config: Any,
+        rollouts: list[Rollout],
+        *,
+        minibatch_size: int | None,
+        num_epochs: int,
+    ) -> Iterable[MultiAgentBatch]:
         batch = sequence_batch(
             module,
             rollouts,
@@ -47,10 +51,8 @@ class RecurrentBulkPPOLearner(StepsLoggedOnce, PPOTorchLearner):
         rng = np.random.default_rng((int(self.config.seed or 0), int(self._weights_seq_no)))
         rows = len(batch[Columns.LOSS_MASK])
         steps = int(batch[Columns.LOSS_MASK].sum())
-        size = kwargs.get("minibatch_size") or steps
-        count = min(rows, max(1, round(steps / size)))
-        minibatches = []
-        for _ in range(max(1, kwargs.get("num_epochs", 1))):
+        count = min(rows, max(1, round(steps / (minibatch_size or steps))))
+        for _ in range(num_epochs):
             for group in np.array_split(rng.permutation(rows), count):
                 index = torch.from_numpy(group).to(self._device)
                 sub = {
@@ -58,8 +60,7 @@ class RecurrentBulkPPOLearner(StepsLoggedOnce, PPOTorchLearner):
                     for k, v in batch.items()
                 }
                 env_steps = int(sub[Columns.LOSS_MASK].sum())
-                minibatches.append(MultiAgentBatch({module_id: SampleBatch(sub)}, env_steps))
-        return self.log_steps_once(minibatches)
+                yield MultiAgentBatch({module_id: SampleBatch(sub)}, env_steps)
 
 
 def _single_step_values(module: Any, obs: torch.Tensor, state: dict[str, torch.Tensor]) -> Any:

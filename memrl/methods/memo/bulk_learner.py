@@ -12,46 +12,47 @@ results are scattered back into the rows, where the loss mask covers the chunk's
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 import torch
 from ray.rllib.core.columns import Columns
 from ray.rllib.evaluation.postprocessing import Postprocessing
+from ray.rllib.policy.sample_batch import MultiAgentBatch
 
 from memrl.methods.memo.columns import MEMO_PREFIX_OBS, MEMO_SEG_LEN
 from memrl.methods.memo.learner import MemoPPOLearner, _distributed, row_minibatches
 from memrl.rollout.arrays import Rollout, as_tensor
 from memrl.rollout.gae import gae
-from memrl.rollout.learner import StepsLoggedOnce, rollouts_in
+from memrl.rollout.learner import RolloutLearner
 
 
-class MemoBulkLearner(StepsLoggedOnce, MemoPPOLearner):
+class MemoBulkLearner(RolloutLearner, MemoPPOLearner):
     """MemoPPOLearner that also takes ``Rollout`` lists; see the module docstring."""
 
-    def _create_iterator_if_necessary(self, *, training_data: Any, **kwargs: Any) -> Any:
-        rollouts = rollouts_in(training_data.episodes)
-        if rollouts is None:
-            return super()._create_iterator_if_necessary(training_data=training_data, **kwargs)
-        (module_id,) = self.module.keys()
-        config = self.config.get_config_for_module(module_id)
-        module = self.module[module_id].unwrapped()
+    def rollout_minibatches(
+        self,
+        module_id: str,
+        module: Any,
+        config: Any,
+        rollouts: list[Rollout],
+        *,
+        minibatch_size: int | None,
+        num_epochs: int,
+    ) -> Iterable[MultiAgentBatch]:
         batch = memo_rollout_batch(
             module, rollouts, gamma=config.gamma, lambda_=config.lambda_, device=self._device
         )
         env_steps = sum(len(r) for r in rollouts)
         self._memo_first_minibatch = True
-        return self.log_steps_once(
-            list(
-                row_minibatches(
-                    {module_id: batch},
-                    kwargs.get("minibatch_size") or env_steps,
-                    kwargs.get("num_epochs", 1),
-                    env_steps,
-                    seed=int(self._weights_seq_no),
-                    same_count=_distributed(),
-                )
-            )
+        return row_minibatches(
+            {module_id: batch},
+            minibatch_size or env_steps,
+            num_epochs,
+            env_steps,
+            seed=int(self._weights_seq_no),
+            same_count=_distributed(),
         )
 
 
