@@ -76,3 +76,59 @@ def memrl_background(*args: str, env: dict[str, str] | None = None) -> subproces
         text=True,
         start_new_session=True,
     )
+
+
+def bulk_config(
+    sampler: str,
+    model: dict[str, Any],
+    *,
+    envs: int,
+    steps: int,
+    minibatch: int,
+    seed: int,
+    env: dict[str, Any] | None = None,
+    **resources: Any,
+) -> Any:
+    """The RLlib AlgorithmConfig of a small Dark-Key-To-Door PPO experiment (4x4 grid, 30-step
+    trials of 6-step inner episodes; ``env`` replaces the env section) on ``sampler``'s path."""
+    from memrl.experiment.build import build_algorithm_config
+    from memrl.experiment.config import parse_config
+
+    exp = parse_config(
+        {
+            "env": env or {"config": {"size": 4, "episode_len": 6, "trial_len": 30}},
+            "model": model,
+            "algorithm": {"name": "ppo", "train_batch_size": steps, "minibatch_size": minibatch},
+            "resources": {"num_envs_per_env_runner": envs, "sampler": sampler, **resources},
+            "run": {"seed": seed},
+        }
+    )
+    return build_algorithm_config(exp)
+
+
+def learner_for(config: Any, runner: Any) -> Any:
+    """The learner ``config`` builds for the spaces of ``runner``'s env."""
+    from ray.rllib.core import DEFAULT_MODULE_ID
+
+    spaces = {
+        DEFAULT_MODULE_ID: (runner.env.single_observation_space, runner.env.single_action_space)
+    }
+    return config.build_learner(spaces=spaces)
+
+
+def trial_chunks(rollout: Any) -> list[tuple[int, int, int]]:
+    """(env, first row, end row) of each trial chunk of a bulk rollout, in the order RLlib's env
+    runner returns its episodes: trials that ended, by step and env, then the ongoing ones by
+    env."""
+    steps, envs = rollout.valid.shape
+    done, start = [], [None] * envs
+    for t in range(steps):
+        for n in range(envs):
+            if not rollout.valid[t, n]:
+                continue
+            if start[n] is None:
+                start[n] = t
+            if rollout.terminated[t, n] or rollout.truncated[t, n]:
+                done.append((n, start[n], t + 1))
+                start[n] = None
+    return done + [(n, s, steps) for n, s in enumerate(start) if s is not None]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from memrl_testing import bulk_config, learner_for, trial_chunks
 from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.core.columns import Columns
 from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
@@ -25,43 +26,17 @@ CORRIDOR = {"id": "memrl/MemoryCorridor-v0", "config": {"length": 4, "episodes_p
 
 
 def _config(sampler: str, env: dict | None = None, **resources):
-    exp = parse_config(
-        {
-            "env": env or KEY_DOOR,
-            "model": {"type": "mlp", "hiddens": [16]},
-            "algorithm": {"name": "ppo", "train_batch_size": STEPS, "minibatch_size": 50},
-            "resources": {"num_envs_per_env_runner": NUM_ENVS, "sampler": sampler, **resources},
-            "run": {"seed": 3},
-        }
+    model = {"type": "mlp", "hiddens": [16]}
+    return bulk_config(
+        sampler, model, envs=NUM_ENVS, steps=STEPS, minibatch=50, seed=3, env=env, **resources
     )
-    return build_algorithm_config(exp)
-
-
-def _trial_chunks(rollout) -> list[tuple[int, int, int]]:
-    """(env, first row, end row) of each trial chunk in the rollout, in the order RLlib's runner
-    returns episodes: trials that ended, by step and env, then the ongoing ones by env."""
-    steps, envs = rollout.valid.shape
-    done, start = [], [None] * envs
-    for t in range(steps):
-        for n in range(envs):
-            if not rollout.valid[t, n]:
-                continue
-            if start[n] is None:
-                start[n] = t
-            if rollout.terminated[t, n] or rollout.truncated[t, n]:
-                done.append((n, start[n], t + 1))
-                start[n] = None
-    return done + [(n, s, steps) for n, s in enumerate(start) if s is not None]
 
 
 def _learner(env: dict | None = None):
     config = _config("bulk", env)
     runner = BulkEnvRunner(config=config)
-    spaces = {
-        DEFAULT_MODULE_ID: (runner.env.single_observation_space, runner.env.single_action_space)
-    }
+    built = learner_for(config, runner)
     runner.stop()
-    built = config.build_learner(spaces=spaces)
     assert isinstance(built, BulkPPOLearner)
     return built
 
@@ -97,7 +72,7 @@ def _compare(learner, explore: bool, env: dict, stepping: str) -> None:
         torch.manual_seed(round_)
         (rollout,) = new.sample(num_timesteps=STEPS, explore=explore)
         assert len(rollout) == sum(len(e) for e in episodes)
-        chunks = _trial_chunks(rollout)
+        chunks = trial_chunks(rollout)
         assert len(chunks) == len(episodes)
         assert any(e.is_done for e in episodes)
         for (n, start, end), episode in zip(chunks, episodes, strict=True):
@@ -132,7 +107,7 @@ def _compare(learner, explore: bool, env: dict, stepping: str) -> None:
         # rollout_batch keeps (t, n) order; RLlib's batch goes episode by episode.
         order = np.zeros(rollout.valid.shape, np.int64)
         order[rollout.valid] = np.arange(int(rollout.valid.sum()))
-        index = np.concatenate([order[s:e, n] for n, s, e in _trial_chunks(rollout)])
+        index = np.concatenate([order[s:e, n] for n, s, e in trial_chunks(rollout)])
         np.testing.assert_allclose(
             ours[Postprocessing.VALUE_TARGETS].numpy()[index], theirs, rtol=1e-4, atol=1e-5
         )

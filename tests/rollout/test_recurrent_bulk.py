@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from memrl_testing import bulk_config, learner_for, trial_chunks
 from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.core.columns import Columns
 from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
 from ray.rllib.evaluation.postprocessing import Postprocessing
 
-from memrl.experiment.build import build_algorithm_config
-from memrl.experiment.config import parse_config
 from memrl.rollout.recurrent_learner import (
     RecurrentBulkPPOLearner,
     recurrent_gae,
@@ -25,31 +24,8 @@ SEQ = 7
 
 
 def _config(sampler: str):
-    exp = parse_config(
-        {
-            "env": {"config": {"size": 4, "episode_len": 6, "trial_len": 30}},
-            "model": {"type": "lstm", "lstm_cell_size": 8, "hiddens": [8], "max_seq_len": SEQ},
-            "algorithm": {"name": "ppo", "train_batch_size": STEPS, "minibatch_size": 30},
-            "resources": {"num_envs_per_env_runner": 3, "sampler": sampler},
-            "run": {"seed": 2},
-        }
-    )
-    return build_algorithm_config(exp)
-
-
-def _chunks(rollout) -> list[tuple[int, int, int]]:
-    steps, envs = rollout.valid.shape
-    done, start = [], [None] * envs
-    for t in range(steps):
-        for n in range(envs):
-            if not rollout.valid[t, n]:
-                continue
-            if start[n] is None:
-                start[n] = t
-            if rollout.terminated[t, n] or rollout.truncated[t, n]:
-                done.append((n, start[n], t + 1))
-                start[n] = None
-    return done + [(n, s, steps) for n, s in enumerate(start) if s is not None]
+    model = {"type": "lstm", "lstm_cell_size": 8, "hiddens": [8], "max_seq_len": SEQ}
+    return bulk_config(sampler, model, envs=3, steps=STEPS, minibatch=30, seed=2)
 
 
 def test_lstm_bulk_acts_and_estimates_as_the_episode_path():
@@ -57,8 +33,7 @@ def test_lstm_bulk_acts_and_estimates_as_the_episode_path():
     assert config.env_runner_cls is RecurrentBulkEnvRunner
     old = SingleAgentEnvRunner(config=_config("episodes"))
     new = RecurrentBulkEnvRunner(config=config)
-    spaces = {DEFAULT_MODULE_ID: (new.env.single_observation_space, new.env.single_action_space)}
-    learner = config.build_learner(spaces=spaces)
+    learner = learner_for(config, new)
     assert isinstance(learner, RecurrentBulkPPOLearner)
     module = learner.module[DEFAULT_MODULE_ID].unwrapped()
     for round_ in range(4):
@@ -66,7 +41,7 @@ def test_lstm_bulk_acts_and_estimates_as_the_episode_path():
         episodes = old.sample(num_timesteps=STEPS, explore=True)
         torch.manual_seed(round_)
         (rollout,) = new.sample(num_timesteps=STEPS, explore=True)
-        chunks = _chunks(rollout)
+        chunks = trial_chunks(rollout)
         assert len(chunks) == len(episodes)
         for (n, s, e), episode in zip(chunks, episodes, strict=True):
             np.testing.assert_array_equal(rollout.actions[s:e, n], episode.get_actions())
@@ -97,11 +72,8 @@ def test_sequences_start_from_the_state_their_first_step_acted_from():
     runner = RecurrentBulkEnvRunner(config=config)
     runner.sample(num_timesteps=STEPS)
     (rollout,) = runner.sample(num_timesteps=STEPS)
-    spaces = {
-        DEFAULT_MODULE_ID: (runner.env.single_observation_space, runner.env.single_action_space)
-    }
+    learner = learner_for(config, runner)
     runner.stop()
-    learner = config.build_learner(spaces=spaces)
     module = learner.module[DEFAULT_MODULE_ID].unwrapped()
     batch = sequence_batch(module, [rollout], max_seq_len=SEQ, gamma=0.99, lambda_=0.95)
     mask = batch[Columns.LOSS_MASK]
@@ -127,11 +99,8 @@ def test_an_lstm_update_trains_every_step():
     config = _config("bulk")
     runner = RecurrentBulkEnvRunner(config=config)
     (rollout,) = runner.sample(num_timesteps=STEPS)
-    spaces = {
-        DEFAULT_MODULE_ID: (runner.env.single_observation_space, runner.env.single_action_space)
-    }
+    learner = learner_for(config, runner)
     runner.stop()
-    learner = config.build_learner(spaces=spaces)
     results = learner.update(episodes=[rollout], num_epochs=2, minibatch_size=30, timesteps={})
     trained = results[ALL_MODULES][NUM_ENV_STEPS_TRAINED]
     assert (trained.peek() if hasattr(trained, "peek") else trained) == 2 * len(rollout)

@@ -7,14 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from memrl_testing import TINY_MEMO
+from memrl_testing import TINY_MEMO, bulk_config, learner_for, trial_chunks
 from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.core.columns import Columns
 from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
 from ray.rllib.evaluation.postprocessing import Postprocessing
 
-from memrl.experiment.build import build_algorithm_config
-from memrl.experiment.config import parse_config
 from memrl.methods.memo.bulk_learner import MemoBulkLearner, memo_rollout_batch, trial_rows
 from memrl.methods.memo.bulk_runner import MemoBulkEnvRunner
 from memrl.methods.memo.columns import MEMO_SEG_LEN
@@ -24,32 +22,8 @@ STEPS = 60  # 20 rows per env: 30-step trials span rollouts
 
 
 def _config(sampler: str, mode: str = "memo"):
-    exp = parse_config(
-        {
-            "env": {"config": {"size": 4, "episode_len": 6, "trial_len": 30}},
-            "model": {**TINY_MEMO, "mode": mode},
-            "algorithm": {"name": "ppo", "train_batch_size": STEPS, "minibatch_size": 30},
-            "resources": {"num_envs_per_env_runner": NUM_ENVS, "sampler": sampler},
-            "run": {"seed": 5},
-        }
-    )
-    return build_algorithm_config(exp)
-
-
-def _chunks(rollout) -> list[tuple[int, int, int]]:
-    """(env, first row, end row) of each trial chunk, in the order RLlib's runner returns them."""
-    steps, envs = rollout.valid.shape
-    done, start = [], [None] * envs
-    for t in range(steps):
-        for n in range(envs):
-            if not rollout.valid[t, n]:
-                continue
-            if start[n] is None:
-                start[n] = t
-            if rollout.terminated[t, n] or rollout.truncated[t, n]:
-                done.append((n, start[n], t + 1))
-                start[n] = None
-    return done + [(n, s, steps) for n, s in enumerate(start) if s is not None]
+    model = {**TINY_MEMO, "mode": mode}
+    return bulk_config(sampler, model, envs=NUM_ENVS, steps=STEPS, minibatch=30, seed=5)
 
 
 @pytest.mark.parametrize("mode", ["memo", "fct", "rmt"])
@@ -58,8 +32,7 @@ def test_bulk_memo_acts_and_batches_as_the_episode_path(mode):
     assert config.env_runner_cls is MemoBulkEnvRunner
     old = SingleAgentEnvRunner(config=_config("episodes", mode))
     new = MemoBulkEnvRunner(config=config)
-    spaces = {DEFAULT_MODULE_ID: (new.env.single_observation_space, new.env.single_action_space)}
-    learner = config.build_learner(spaces=spaces)
+    learner = learner_for(config, new)
     assert isinstance(learner, MemoBulkLearner)
     module = learner.module[DEFAULT_MODULE_ID].unwrapped()
     weights = zip(old.module.state_dict().values(), new.module.state_dict().values(), strict=True)
@@ -70,7 +43,7 @@ def test_bulk_memo_acts_and_batches_as_the_episode_path(mode):
         episodes = old.sample(num_timesteps=STEPS, explore=True)
         torch.manual_seed(round_)
         (rollout,) = new.sample(num_timesteps=STEPS, explore=True)
-        chunks = _chunks(rollout)
+        chunks = trial_chunks(rollout)
         assert len(chunks) == len(episodes)
         for (n, s, e), episode in zip(chunks, episodes, strict=True):
             np.testing.assert_array_equal(rollout.actions[s:e, n], episode.get_actions())
