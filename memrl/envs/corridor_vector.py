@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 
 from memrl.envs.corridor import NUM_ACTIONS, OBS_DIM, MemoryCorridorEnv
-from memrl.envs.vector_utils import check_actions, per_env_seeds
+from memrl.envs.vector_utils import NextStepVectorEnv, ending_infos
 
 
-class MemoryCorridorVectorEnv(gym.vector.VectorEnv):
+class MemoryCorridorVectorEnv(NextStepVectorEnv):
     """``num_envs`` memory corridors stepped together with numpy.
 
     The same observations, rewards and trial ends as ``num_envs`` copies of
@@ -23,25 +22,14 @@ class MemoryCorridorVectorEnv(gym.vector.VectorEnv):
     ``inner_episode_return``, ``inner_episode_success``).
     """
 
-    metadata = {"render_modes": [], "autoreset_mode": gym.vector.AutoresetMode.NEXT_STEP}
-
     def __init__(self, num_envs: int, length: int = 32, episodes_per_trial: int = 1) -> None:
-        if not isinstance(num_envs, int) or isinstance(num_envs, bool) or num_envs < 1:
-            raise ValueError(f"num_envs must be an int >= 1, got {num_envs!r}")
         proto = MemoryCorridorEnv(length, episodes_per_trial)  # validates the arguments
-        self.num_envs = num_envs
+        self._setup(num_envs, proto.observation_space, NUM_ACTIONS)
         self.length, self.episodes_per_trial = length, episodes_per_trial
         self.trial_len = proto.trial_len
-        self.single_observation_space = proto.observation_space
-        self.single_action_space = proto.action_space
-        self.observation_space = gym.vector.utils.batch_space(proto.observation_space, num_envs)
-        self.action_space = gym.spaces.MultiDiscrete(np.full(num_envs, NUM_ACTIONS))
-        self._rngs: list[np.random.Generator | None] = [None] * num_envs
         self._cue = np.zeros(num_envs, np.int64)
         self._t = np.zeros(num_envs, np.int64)
         self._inner = np.zeros(num_envs, np.int64)
-        self._needs_reset = np.zeros(num_envs, bool)
-        self._started = False
 
     @property
     def cue(self) -> np.ndarray:
@@ -52,27 +40,16 @@ class MemoryCorridorVectorEnv(gym.vector.VectorEnv):
         self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
         """Starts a new trial in every env; ``seed`` is an int (env i gets seed + i) or a list."""
-        from gymnasium.utils import seeding
-
-        for i, s in enumerate(per_env_seeds(seed, self.num_envs)):
-            if s is not None or self._rngs[i] is None:
-                self._rngs[i] = seeding.np_random(s)[0]
-        every = np.arange(self.num_envs)
+        self._seed(seed)
         self._inner[:] = 0
-        self._new_inner_episodes(every)
-        self._needs_reset[:] = False
-        self._started = True
+        self._new_inner_episodes(np.arange(self.num_envs))
         return self._observe(np.full(self.num_envs, -1), np.zeros(self.num_envs)), {}
 
     def step(
         self, actions: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
-        actions = check_actions(
-            actions, self.num_envs, NUM_ACTIONS, self._started, "MemoryCorridorVectorEnv"
-        )
+        actions, restart, live = self._begin_step(actions)
         n = self.num_envs
-        restart = self._needs_reset.copy()
-        live = ~restart
         walking = live & (self._t < self.length)
         choosing = live & ~walking
         success = choosing & (actions == self._cue)
@@ -80,15 +57,14 @@ class MemoryCorridorVectorEnv(gym.vector.VectorEnv):
         self._t[walking] += 1
         infos: dict[str, Any] = {}
         if choosing.any():
-            for key, value in (
-                ("inner_episode", self._inner.copy()),
-                ("inner_episode_step", self._t.copy()),
-                ("inner_episode_done", choosing.copy()),
-                ("inner_episode_return", reward.copy()),
-                ("inner_episode_success", success.copy()),
-            ):
-                infos[key] = value
-                infos["_" + key] = choosing
+            ending = {
+                "inner_episode": self._inner.copy(),
+                "inner_episode_step": self._t.copy(),
+                "inner_episode_done": choosing.copy(),
+                "inner_episode_return": reward.copy(),
+                "inner_episode_success": success.copy(),
+            }
+            infos = ending_infos(ending, choosing)
         self._inner[choosing] += 1
         terminated = choosing & (self._inner >= self.episodes_per_trial)
         self._new_inner_episodes(np.flatnonzero(choosing & ~terminated))

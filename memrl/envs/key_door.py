@@ -25,7 +25,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from memrl.envs.vector_utils import check_actions, per_env_seeds
+from memrl.envs.vector_utils import NextStepVectorEnv, ending_infos
 
 TRIAL_ENDS = ("truncate", "terminate")
 """How a trial's time limit reaches RLlib: ``truncate`` (the learner bootstraps the value of the
@@ -282,7 +282,7 @@ class DarkKeyToDoorEnv(gym.Env):
         return {"inner_episode": int(self.core.inner[0]), "inner_episode_step": int(self.core.t[0])}
 
 
-class DarkKeyToDoorVectorEnv(gym.vector.VectorEnv):
+class DarkKeyToDoorVectorEnv(NextStepVectorEnv):
     """``num_envs`` Dark-Key-To-Door envs stepped together with numpy (``KeyDoorCore``): no
     Python loop over envs.
 
@@ -300,11 +300,6 @@ class DarkKeyToDoorVectorEnv(gym.vector.VectorEnv):
     ``inner_episode_success``): per-step info is the main cost of vectorized stepping in RLlib.
     """
 
-    metadata = {
-        "render_modes": [],
-        "autoreset_mode": gym.vector.AutoresetMode.NEXT_STEP,
-    }
-
     def __init__(
         self,
         num_envs: int,
@@ -320,50 +315,29 @@ class DarkKeyToDoorVectorEnv(gym.vector.VectorEnv):
         self.core = KeyDoorCore(
             num_envs, size, episode_len, trial_len, dark, in_context_inputs, trial_end
         )
+        self._setup(num_envs, self.core.observation_space(), NUM_ACTIONS)
         self.trial_end = trial_end
-        self.num_envs = num_envs
         self.size, self.episode_len, self.trial_len = size, episode_len, trial_len
         self.dark, self.in_context_inputs = self.core.dark, self.core.in_context_inputs
-        self.single_observation_space = self.core.observation_space()
-        self.single_action_space = gym.spaces.Discrete(NUM_ACTIONS)
-        self.observation_space = gym.vector.utils.batch_space(
-            self.single_observation_space, num_envs
-        )
-        self.action_space = gym.spaces.MultiDiscrete(np.full(num_envs, NUM_ACTIONS))
-        self._rngs: list[np.random.Generator | None] = [None] * num_envs
-        self._needs_reset = np.zeros(num_envs, bool)
-        self._started = False
 
     def reset(
         self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
         """Starts a new trial in every env; ``seed`` is an int (env i gets seed + i) or a list."""
-        from gymnasium.utils import seeding
-
-        for i, s in enumerate(per_env_seeds(seed, self.num_envs)):
-            if s is not None or self._rngs[i] is None:
-                self._rngs[i] = seeding.np_random(s)[0]
+        self._seed(seed)
         self.core.new_trials(np.arange(self.num_envs), self._rngs)
-        self._needs_reset[:] = False
-        self._started = True
         return self.core.observe(None, np.zeros(self.num_envs)), {}
 
     def step(
         self, actions: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
-        actions = check_actions(
-            actions, self.num_envs, NUM_ACTIONS, self._started, "DarkKeyToDoorVectorEnv"
-        )
+        actions, restart, live = self._begin_step(actions)
         core = self.core
-        restart = self._needs_reset.copy()
-        live = ~restart
         reward, success, trial_over, inner_done = core.move(actions, live)
         infos: dict[str, Any] = {}
         if inner_done.any():
             ending = {**core.inner_episode_info(success), "inner_episode_done": inner_done.copy()}
-            for key, value in ending.items():
-                infos[key] = value
-                infos["_" + key] = inner_done
+            infos = ending_infos(ending, inner_done)
             core.next_inner_episodes(inner_done, trial_over)
         prev_action = np.where(live, actions, -1)
         if restart.any():
