@@ -22,11 +22,11 @@ from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 
 from memrl.rollout.arrays import Rollout, as_tensor
 from memrl.rollout.gae import gae
-from memrl.rollout.learner import RolloutLearner
+from memrl.rollout.learner import FusedAdam, RolloutLearner
 from memrl.rollout.recurrent_runner import STATE_IN, STATE_LAST
 
 
-class RecurrentBulkPPOLearner(RolloutLearner, PPOTorchLearner):
+class RecurrentBulkPPOLearner(FusedAdam, RolloutLearner, PPOTorchLearner):
     """PPOTorchLearner that takes ``Rollout`` lists of a stateful module; see the module
     docstring."""
 

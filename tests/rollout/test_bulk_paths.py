@@ -209,3 +209,14 @@ def test_an_update_trains_and_counts_every_step_each_epoch(learner):
     assert (trained.peek() if hasattr(trained, "peek") else trained) == 3 * len(rollout)
     after = list(learner.module[DEFAULT_MODULE_ID].parameters())
     assert any(not torch.equal(a, b) for a, b in zip(before, after, strict=True))
+    # The fused Adam steps every parameter, and its state round-trips through a checkpoint.
+    optimizer = learner.get_optimizer(DEFAULT_MODULE_ID)
+    assert optimizer.defaults["fused"] is True
+    assert all(int(optimizer.state[p]["step"]) == 3 * 4 for p in after)
+    restored = _learner()
+    restored.set_state(learner.get_state())
+    again = restored.get_optimizer(DEFAULT_MODULE_ID)
+    assert again.defaults["fused"] is True
+    params = restored.module[DEFAULT_MODULE_ID].parameters()
+    for new, old in zip(params, after, strict=True):
+        assert torch.equal(again.state[new]["exp_avg"], optimizer.state[old]["exp_avg"])
