@@ -11,6 +11,7 @@ own sampling path) go through RLlib's pipeline as before.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -82,6 +83,21 @@ class StepsLoggedOnce:
         return None
 
 
+@dataclass(frozen=True)
+class BulkUpdate:
+    """What one learner update on bulk rollouts works from."""
+
+    module_id: str
+    module: RLModule
+    """The unwrapped module."""
+    config: Any
+    """The module's algorithm config (gamma, lambda_, ...)."""
+    rollouts: list[Rollout]
+    minibatch_size: int | None
+    """None: the whole batch."""
+    num_epochs: int
+
+
 class RolloutLearner(StepsLoggedOnce):
     """Learner mixin of the bulk path: a list of ``Rollout``s (what ``BulkEnvRunner.sample``
     returns) becomes the update's minibatches through ``rollout_minibatches``; anything else
@@ -92,28 +108,18 @@ class RolloutLearner(StepsLoggedOnce):
         if rollouts is None:
             return super()._create_iterator_if_necessary(training_data=training_data, **kwargs)
         (module_id,) = self.module.keys()
-        minibatches = self.rollout_minibatches(
+        update = BulkUpdate(
             module_id,
             self.module[module_id].unwrapped(),
             self.config.get_config_for_module(module_id),
             rollouts,
-            minibatch_size=kwargs.get("minibatch_size"),
-            num_epochs=max(1, kwargs.get("num_epochs") or 1),
+            kwargs.get("minibatch_size"),
+            max(1, kwargs.get("num_epochs") or 1),
         )
-        return self.log_steps_once(list(minibatches))
+        return self.log_steps_once(list(self.rollout_minibatches(update)))
 
-    def rollout_minibatches(
-        self,
-        module_id: str,
-        module: RLModule,
-        config: Any,
-        rollouts: list[Rollout],
-        *,
-        minibatch_size: int | None,
-        num_epochs: int,
-    ) -> Iterable[MultiAgentBatch]:
-        """The minibatches of one update on ``rollouts`` (``config``: the module's algorithm
-        config; ``minibatch_size`` None: the whole batch)."""
+    def rollout_minibatches(self, update: BulkUpdate) -> Iterable[MultiAgentBatch]:
+        """The minibatches of one update."""
         raise NotImplementedError
 
 
@@ -137,21 +143,18 @@ class FusedAdam:
 class BulkPPOLearner(FusedAdam, RolloutLearner, PPOTorchLearner):
     """PPOTorchLearner that takes ``Rollout`` lists as its episodes; see the module docstring."""
 
-    def rollout_minibatches(
-        self,
-        module_id: str,
-        module: RLModule,
-        config: Any,
-        rollouts: list[Rollout],
-        *,
-        minibatch_size: int | None,
-        num_epochs: int,
-    ) -> Iterable[MultiAgentBatch]:
+    def rollout_minibatches(self, update: BulkUpdate) -> Iterable[MultiAgentBatch]:
         batch = rollout_batch(
-            module, rollouts, gamma=config.gamma, lambda_=config.lambda_, device=self._device
+            update.module,
+            update.rollouts,
+            gamma=update.config.gamma,
+            lambda_=update.config.lambda_,
+            device=self._device,
         )
         seed = (int(self.config.seed or 0), int(self._weights_seq_no))
-        return flat_minibatches(module_id, batch, minibatch_size, num_epochs, seed=seed)
+        return flat_minibatches(
+            update.module_id, batch, update.minibatch_size, update.num_epochs, seed=seed
+        )
 
 
 def rollouts_in(episodes: Any) -> list[Rollout] | None:

@@ -22,7 +22,7 @@ from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 
 from memrl.rollout.arrays import Rollout, as_tensor
 from memrl.rollout.gae import gae
-from memrl.rollout.learner import FusedAdam, RolloutLearner
+from memrl.rollout.learner import BulkUpdate, FusedAdam, RolloutLearner
 from memrl.rollout.recurrent_runner import STATE_IN, STATE_LAST
 
 
@@ -30,29 +30,20 @@ class RecurrentBulkPPOLearner(FusedAdam, RolloutLearner, PPOTorchLearner):
     """PPOTorchLearner that takes ``Rollout`` lists of a stateful module; see the module
     docstring."""
 
-    def rollout_minibatches(
-        self,
-        module_id: str,
-        module: Any,
-        config: Any,
-        rollouts: list[Rollout],
-        *,
-        minibatch_size: int | None,
-        num_epochs: int,
-    ) -> Iterable[MultiAgentBatch]:
+    def rollout_minibatches(self, update: BulkUpdate) -> Iterable[MultiAgentBatch]:
         batch = sequence_batch(
-            module,
-            rollouts,
-            max_seq_len=int(module.model_config["max_seq_len"]),
-            gamma=config.gamma,
-            lambda_=config.lambda_,
+            update.module,
+            update.rollouts,
+            max_seq_len=int(update.module.model_config["max_seq_len"]),
+            gamma=update.config.gamma,
+            lambda_=update.config.lambda_,
             device=self._device,
         )
         rng = np.random.default_rng((int(self.config.seed or 0), int(self._weights_seq_no)))
         rows = len(batch[Columns.LOSS_MASK])
         steps = int(batch[Columns.LOSS_MASK].sum())
-        count = min(rows, max(1, round(steps / (minibatch_size or steps))))
-        for _ in range(num_epochs):
+        count = min(rows, max(1, round(steps / (update.minibatch_size or steps))))
+        for _ in range(update.num_epochs):
             for group in np.array_split(rng.permutation(rows), count):
                 index = torch.from_numpy(group).to(self._device)
                 sub = {
@@ -60,7 +51,7 @@ class RecurrentBulkPPOLearner(FusedAdam, RolloutLearner, PPOTorchLearner):
                     for k, v in batch.items()
                 }
                 env_steps = int(sub[Columns.LOSS_MASK].sum())
-                yield MultiAgentBatch({module_id: SampleBatch(sub)}, env_steps)
+                yield MultiAgentBatch({update.module_id: SampleBatch(sub)}, env_steps)
 
 
 def _single_step_values(module: Any, obs: torch.Tensor, state: dict[str, torch.Tensor]) -> Any:

@@ -25,31 +25,26 @@ from memrl.methods.memo.columns import MEMO_PREFIX_OBS, MEMO_SEG_LEN
 from memrl.methods.memo.learner import MemoPPOLearner, _distributed, row_minibatches
 from memrl.rollout.arrays import Rollout, as_tensor
 from memrl.rollout.gae import gae
-from memrl.rollout.learner import RolloutLearner
+from memrl.rollout.learner import BulkUpdate, RolloutLearner
 
 
 class MemoBulkLearner(RolloutLearner, MemoPPOLearner):
     """MemoPPOLearner that also takes ``Rollout`` lists; see the module docstring."""
 
-    def rollout_minibatches(
-        self,
-        module_id: str,
-        module: Any,
-        config: Any,
-        rollouts: list[Rollout],
-        *,
-        minibatch_size: int | None,
-        num_epochs: int,
-    ) -> Iterable[MultiAgentBatch]:
+    def rollout_minibatches(self, update: BulkUpdate) -> Iterable[MultiAgentBatch]:
         batch = memo_rollout_batch(
-            module, rollouts, gamma=config.gamma, lambda_=config.lambda_, device=self._device
+            update.module,
+            update.rollouts,
+            gamma=update.config.gamma,
+            lambda_=update.config.lambda_,
+            device=self._device,
         )
-        env_steps = sum(len(r) for r in rollouts)
+        env_steps = sum(len(r) for r in update.rollouts)
         self._memo_first_minibatch = True
         return row_minibatches(
-            {module_id: batch},
-            minibatch_size or env_steps,
-            num_epochs,
+            {update.module_id: batch},
+            update.minibatch_size or env_steps,
+            update.num_epochs,
             env_steps,
             seed=int(self._weights_seq_no),
             same_count=_distributed(),
