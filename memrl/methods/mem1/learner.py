@@ -343,9 +343,23 @@ class TokenLearner(TorchLearner):
         if not torch.isfinite(norm):
             logger.warning("gradient norm is %s: update skipped", float(norm))
             return norm.detach()
+        self._warm_up_lr()
         for optim in self._optimizer_parameters:
             optim.step()
         return norm.detach()
+
+    def _warm_up_lr(self) -> None:
+        """Sets the actor's learning rate for the coming step: ``lr x min(1, (k + 1) / N)`` at
+        optimizer step k (0-based) with N = ``lr_warmup_steps``. k is read from AdamW's own
+        step count, so a restored checkpoint resumes the ramp where it was."""
+        s = self.config.mem1
+        if s.lr_warmup_steps < 1:
+            return
+        for optim in self._optimizer_parameters:
+            actor = optim.param_groups[0]
+            state = optim.state.get(actor["params"][0], {})
+            done = int(state["step"]) if "step" in state else 0
+            actor["lr"] = s.lr * min(1.0, (done + 1) / s.lr_warmup_steps)
 
     def sft_update(
         self,

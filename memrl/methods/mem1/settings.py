@@ -220,6 +220,10 @@ class Mem1Settings:
     """Observation tokens kept per turn."""
     lr: float = 1e-6
     """Actor learning rate."""
+    lr_warmup_steps: int = 0
+    """The actor learning rate rises linearly from lr / N to lr over the first N optimizer
+    steps (0: none). Adam's first steps move every weight by about lr whatever the gradient's
+    size (its moment estimates start empty); a warm-up keeps those steps small."""
     critic_lr: float = 1e-5
     """Critic (value head) learning rate."""
     kl_coef: float = 0.001
@@ -290,6 +294,10 @@ class Mem1Settings:
                 raise ValueError(f"{where}.{name} must be >= 1, got {getattr(self, name)}")
         if self.lr <= 0 or self.critic_lr <= 0 or self.kl_coef < 0 or not 0 < self.clip < 1:
             raise ValueError(f"{where}: lr and critic_lr must be > 0, kl_coef >= 0, clip in (0, 1)")
+        if self.lr_warmup_steps < 0:
+            raise ValueError(
+                f"{where}.lr_warmup_steps must be >= 0 (0: no warm-up), got {self.lr_warmup_steps}"
+            )
         for name, spec in self.eval_extra.items():
             ok = name.isidentifier() and isinstance(spec, dict) and set(spec) <= _EVAL_SET_KEYS
             if ok:

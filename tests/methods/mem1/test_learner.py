@@ -257,3 +257,23 @@ def test_bf16_weights_travel_as_bf16_tensors(tiny_model_dir):
     runner_side.set_state(state)
     for name, p in runner_side.named_parameters():
         assert torch.equal(p, dict(learner_side.named_parameters())[name])
+
+
+def test_lr_warm_up_ramps_the_actor_lr_and_resumes_from_a_restored_state(make_learner):
+    kw = {"algorithm": "grpo", "group_size": 2, "lr": 1e-3, "lr_warmup_steps": 3}
+    learner = make_learner(**kw)
+    rows = _update_rows(learner, "grpo")
+    batch = MultiAgentBatch({DEFAULT_MODULE_ID: SampleBatch(rows)}, env_steps=1)
+    optim = next(iter(learner._optimizer_parameters))
+    seen = []
+    for _ in range(2):
+        learner.update(batch=batch)
+        seen.append(optim.param_groups[0]["lr"])
+    assert seen == pytest.approx([1e-3 / 3, 2e-3 / 3])
+    # A learner restored from this state takes step 3 at the full rate, and stays there.
+    restored = make_learner(**kw)
+    restored.set_state(learner.get_state())
+    optim = next(iter(restored._optimizer_parameters))
+    for _ in range(2):
+        restored.update(batch=batch)
+        assert optim.param_groups[0]["lr"] == pytest.approx(1e-3)
