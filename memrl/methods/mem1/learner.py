@@ -48,6 +48,32 @@ def rank_and_world() -> tuple[int, int]:
     return 0, 1
 
 
+def _libc_trim() -> Any:
+    """glibc's ``malloc_trim``, or None where the C library has none (macOS, musl)."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+
+_MALLOC_TRIM = _libc_trim()
+
+
+def release_free_heap(device: torch.device) -> None:
+    """Hands the C heap's free pages back to the system between CPU micro-batches.
+
+    glibc keeps the blocks a micro-batch's activations freed, and the next micro-batch's tensors
+    do not always fit in them, so without this each micro-batch can add resident memory
+    (``memrl bench mem1-memory`` measures it). No-op on GPUs (activations live in device memory)
+    and without glibc.
+    """
+    if device.type == "cpu" and _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)
+
+
 def _all_reduce(value: float, op: str, device: torch.device) -> float:
     """``value`` summed (``op="sum"``) or maxed over all learners (itself when alone)."""
     if rank_and_world()[1] == 1:
@@ -322,6 +348,8 @@ class TokenLearner(TorchLearner):
                 fwd = module.forward_train(sub)
                 loss, stats = self._loss_and_stats(sub, fwd, max(local, 1.0))
                 (loss * weight).backward()
+            if k < steps - 1:
+                release_free_heap(self._device)
             if not padding:
                 loss_total = loss_total + loss.detach()
                 for key, value in stats.items():

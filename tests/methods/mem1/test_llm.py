@@ -256,6 +256,44 @@ def test_chunked_logps_equal_full_logits_with_gradients(tiny):
     lm.zero_grad()
 
 
+@pytest.mark.parametrize("alone", [True, False])
+def test_head_logp_gradients_match_autograd_and_accumulate_in_place(monkeypatch, alone):
+    import memrl.methods.mem1.network as network
+
+    monkeypatch.setattr(network, "_alone", lambda: alone)
+    torch.manual_seed(0)
+    hidden = torch.randn(11, 8, requires_grad=True)
+    weight = torch.nn.Parameter(torch.randn(50, 8))
+    target = torch.randint(0, 50, (11,))
+    coef = torch.randn(11)
+
+    def reference() -> tuple[torch.Tensor, ...]:
+        logits = (hidden @ weight.T) / 0.7
+        logp = logits.log_softmax(-1).gather(-1, target[:, None])[:, 0]
+        return torch.autograd.grad((logp * coef).sum(), (hidden, weight)) + (logp.detach(),)
+
+    want_h, want_w, want_logp = reference()
+    logp = network.HeadLogp.apply(hidden, weight, target, 4, 0.7)
+    torch.testing.assert_close(logp, want_logp)
+    (logp * coef).sum().backward()
+    torch.testing.assert_close(hidden.grad, want_h)
+    torch.testing.assert_close(weight.grad, want_w)
+    buffer = weight.grad.data_ptr()
+    # A second pass adds to the gradient (micro-batches accumulate), in the same buffer.
+    (network.HeadLogp.apply(hidden, weight, target, 4, 0.7) * coef).sum().backward()
+    torch.testing.assert_close(weight.grad, 2 * want_w)
+    assert weight.grad.data_ptr() == buffer
+
+
+def test_head_logp_leaves_a_frozen_weight_alone():
+    from memrl.methods.mem1.network import HeadLogp
+
+    hidden = torch.randn(5, 4, requires_grad=True)
+    weight = torch.nn.Parameter(torch.randn(9, 4), requires_grad=False)
+    HeadLogp.apply(hidden, weight, torch.arange(5), 2, 1.0).sum().backward()
+    assert weight.grad is None and hidden.grad is not None
+
+
 def _stop_model(tok, lm, token: str):
     """A copy of the tiny model whose output always favours ``token`` (a real model change)."""
     import copy
