@@ -240,7 +240,7 @@ def token_logp(
     def chunk_logp(h: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         logits = head(h).float()  # (n, V)
         if temperature != 1.0:
-            logits = logits / temperature
+            logits = logits.div(temperature)
         return logits.gather(-1, t[:, None])[:, 0] - logits.logsumexp(-1)
 
     keep_graph = torch.is_grad_enabled() and (
