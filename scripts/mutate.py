@@ -265,8 +265,8 @@ CATALOGUE: tuple[Breakage, ...] = (
     _mem1(
         "mem1-logp-temperature",
         "network.py",
-        "logits = logits / temperature",
-        "logits = logits",
+        "return logits / temperature if temperature != 1.0 else logits",
+        "return logits",
         "learners score tokens at the sampling temperature",
     ),
     _mem1(

@@ -32,20 +32,13 @@ from ray.rllib.core.learner.torch.torch_learner import TorchLearner
 
 from memrl.methods.mem1.batch import micro_batches, row_lengths, slice_rows
 from memrl.methods.mem1.losses import rl_loss, sft_loss
-from memrl.methods.mem1.network import TokenPolicy, causal_lm
+from memrl.methods.mem1.network import TokenPolicy, causal_lm, rank_and_world
 
 logger = logging.getLogger(__name__)
 
 SCORE_COLUMNS = ("input_ids", "position_ids", "seg", "vis")
 SFT_REPORT_EVERY_S = 30.0
 """Seconds between the warm start's progress lines (it runs for minutes before iteration 1)."""
-
-
-def rank_and_world() -> tuple[int, int]:
-    """(this process's rank, number of learners) of the learners' process group ((0, 1) alone)."""
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return torch.distributed.get_rank(), torch.distributed.get_world_size()
-    return 0, 1
 
 
 def _libc_trim() -> Any:

@@ -256,10 +256,17 @@ def token_logp(
     return torch.cat(out)
 
 
-def _alone() -> bool:
-    """True unless this process is one of several in a torch.distributed group."""
-    dist = torch.distributed
-    return not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1)
+def rank_and_world() -> tuple[int, int]:
+    """(this process's rank, number of learners) of the learners' process group ((0, 1) alone)."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return 0, 1
+
+
+def _chunk_logits(h: torch.Tensor, w: torch.Tensor, temperature: float) -> torch.Tensor:
+    """float32 logits / temperature of hidden states ``h`` (n, H) through head weight ``w``."""
+    logits = (h.to(w.dtype) @ w.T).float()
+    return logits / temperature if temperature != 1.0 else logits
 
 
 class HeadLogp(torch.autograd.Function):
@@ -291,10 +298,7 @@ class HeadLogp(torch.autograd.Function):
         out = []
         with torch.no_grad():
             for start in range(0, hidden.shape[0], chunk_tokens):
-                h = hidden[start : start + chunk_tokens]
-                logits = (h.to(w.dtype) @ w.T).float()
-                if temperature != 1.0:
-                    logits = logits / temperature
+                logits = _chunk_logits(hidden[start : start + chunk_tokens], w, temperature)
                 t = target[start : start + chunk_tokens]
                 out.append(logits.gather(-1, t[:, None])[:, 0] - logits.logsumexp(-1))
         ctx.save_for_backward(hidden, weight, target)
@@ -308,7 +312,7 @@ class HeadLogp(torch.autograd.Function):
         w = weight.to(ctx.dtype) if ctx.dtype is not None else weight
         grad_h = torch.empty_like(hidden) if want_h else None
         grad_w = None
-        in_place = want_w and _alone()
+        in_place = want_w and rank_and_world()[1] == 1
         if want_w:
             if in_place and weight.grad is None:
                 weight.grad = torch.zeros_like(weight)
@@ -317,9 +321,8 @@ class HeadLogp(torch.autograd.Function):
         for start in range(0, hidden.shape[0], ctx.chunk_tokens):
             stop = start + ctx.chunk_tokens
             h = hidden[start:stop]
-            logits = (h.to(w.dtype) @ w.T).float()
             # d logp[t] / d logits = (onehot(t) - softmax(logits / T)) / T
-            g = torch.softmax(logits * scale, dim=-1).neg_()
+            g = torch.softmax(_chunk_logits(h, w, ctx.temperature), dim=-1).neg_()
             g.scatter_add_(-1, target[start:stop, None], torch.ones_like(g[:, :1]))
             g.mul_((grad_out[start:stop] * scale)[:, None])
             if want_h:

@@ -260,7 +260,7 @@ def test_chunked_logps_equal_full_logits_with_gradients(tiny):
 def test_head_logp_gradients_match_autograd_and_accumulate_in_place(monkeypatch, alone):
     import memrl.methods.mem1.network as network
 
-    monkeypatch.setattr(network, "_alone", lambda: alone)
+    monkeypatch.setattr(network, "rank_and_world", lambda: (0, 1 if alone else 2))
     torch.manual_seed(0)
     hidden = torch.randn(11, 8, requires_grad=True)
     weight = torch.nn.Parameter(torch.randn(50, 8))
