@@ -81,6 +81,12 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
         help="trials recorded step by step for the report's replay (grid and navigation envs; "
         "0: none; default: %(default)s)",
     )
+    p.add_argument(
+        "--eval-set",
+        metavar="NAME",
+        help="MEM1: play one of the config's named evaluation sets (algorithm.eval_extra, e.g. "
+        "unseen_tasks: train-split tasks no training draws) instead of the main held-out set",
+    )
 
 
 def _add_report(sub: argparse._SubParsersAction) -> None:
@@ -238,6 +244,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         overrides=args.overrides,
         explore=args.explore,
         replays=args.replays,
+        eval_set=args.eval_set,
     )
     return 0
 

@@ -134,12 +134,15 @@ def evaluate_checkpoint(
     overrides: list[str] | None = None,
     explore: bool = False,
     replays: int = 3,
+    eval_set: str | None = None,
     echo: Any = print,
 ) -> dict[str, Any]:
     """Evaluates a checkpoint, or with an experiment YAML the config's untrained policy (e.g. a
     prompted LLM before any training); returns (and optionally writes as JSON) the results.
 
-    ``replays``: trials recorded step by step for the report (grid and navigation envs only).
+    ``replays``: trials recorded step by step for the report (grid and navigation envs only);
+    ``eval_set``: one of the run's named evaluation sets instead of its main held-out set (MEM1:
+    a name in ``algorithm.eval_extra``).
     """
     if is_config_file(checkpoint):
         return evaluate_config(
@@ -148,12 +151,15 @@ def evaluate_checkpoint(
             output=output,
             overrides=overrides,
             explore=explore,
+            eval_set=eval_set,
             echo=echo,
         )
     with open_checkpoint(checkpoint) as (run, ckpt):
         data = yaml.safe_load(run.read_text(CONFIG))
         exp = parse_config(apply_overrides(data, list(overrides or [])))
-        return _evaluate(exp, run, ckpt, episodes, output, explore, replays, echo)
+        return _evaluate(
+            exp, run, ckpt, episodes, output, explore, replays, echo, eval_set=eval_set
+        )
 
 
 def evaluate_config(
@@ -163,6 +169,7 @@ def evaluate_config(
     output: str | Path | None = None,
     overrides: list[str] | None = None,
     explore: bool = False,
+    eval_set: str | None = None,
     echo: Any = print,
 ) -> dict[str, Any]:
     """The untrained policy of an experiment YAML (no checkpoint, no warm start): for MEM1 the
@@ -171,9 +178,12 @@ def evaluate_config(
     from memrl.experiment.config import load_config
 
     exp = load_config(config, list(overrides or []))
-    out = Path(output) if output else UNTRAINED_DIR / exp.name / "untrained.json"
+    stem = f"{eval_set}.untrained" if eval_set else "untrained"
+    out = Path(output) if output else UNTRAINED_DIR / exp.name / f"{stem}.json"
     # A tiny model, if the config asks for one, is built into this folder (its run directory).
-    return _evaluate(exp, None, None, episodes, out, explore, 0, echo, files=out.parent)
+    return _evaluate(
+        exp, None, None, episodes, out, explore, 0, echo, files=out.parent, eval_set=eval_set
+    )
 
 
 def _evaluate(
@@ -186,6 +196,7 @@ def _evaluate(
     replays: int,
     echo: Any,
     files: Path | None = None,
+    eval_set: str | None = None,
 ) -> dict[str, Any]:
     """Evaluates ``exp``'s policy: the checkpoint ``ckpt`` of ``run``, or with neither the
     untrained one (``files`` is then where the method may keep files, e.g. a tiny model)."""
@@ -209,6 +220,10 @@ def _evaluate(
     record = replays > 0 and exp.env.id in REPLAY_ENVS
     if record:  # the recorder reads single envs (the same trajectories as the vector env)
         exp = replace(exp, resources=replace(exp.resources, env_vectorize_mode="sync"))
+    # Results of a named evaluation set are kept apart from the main one's (eval/<set>.iter_N).
+    name = ckpt.name if ckpt is not None else ""
+    if eval_set and ckpt is not None:
+        name = f"{eval_set}.{ckpt.name}"
     home = run.path if run is not None else files
     algo_config = build_algorithm_config(exp.located(home))  # config mistakes before Ray
     # RLlib's Trainable log dir of an evaluation holds nothing: a temp dir, not one more
@@ -225,9 +240,17 @@ def _evaluate(
             done: list[Any] = []
             own = None
             if callable(getattr(algo, "evaluate_episodes", None)):
-                out = Path(output) if output else run.path / EVAL / ckpt.name
+                out = Path(output) if output else run.path / EVAL / f"{name}.json"
                 own = algo.evaluate_episodes(
-                    episodes, explore=explore, transcripts=out.with_suffix(".transcripts.jsonl")
+                    episodes,
+                    explore=explore,
+                    transcripts=out.with_suffix(".transcripts.jsonl"),
+                    eval_set=eval_set,
+                )
+            elif eval_set is not None:
+                raise ValueError(
+                    f"--eval-set is for algorithms with named evaluation sets (MEM1); "
+                    f"{exp.algorithm.name} evaluates on its env as configured: leave it out."
                 )
             while own is None and len(done) < episodes:
                 batch = runner.sample(num_episodes=episodes - len(done), explore=explore)
@@ -249,6 +272,7 @@ def _evaluate(
         "env": exp.env.id,
         "episodes": len(returns),
         "explore": explore,
+        **({"eval_set": eval_set} if eval_set else {}),
         "return_mean": sum(returns) / len(returns),
         "return_std": _std(returns),
         "return_min": min(returns),
@@ -283,24 +307,25 @@ def _evaluate(
         out.write_text(json.dumps(result, indent=1))
         echo(f"wrote {out}")
     if run is not None:
-        _keep_in_run(run, ckpt, result, recorded, echo)
+        _keep_in_run(run, name, result, recorded, echo)
     return result
 
 
 def _keep_in_run(
-    run: RunDir, ckpt: Path, result: dict[str, Any], replays: list[dict[str, Any]], echo: Any
+    run: RunDir, name: str, result: dict[str, Any], replays: list[dict[str, Any]], echo: Any
 ) -> None:
-    """Writes the results (and replays) under the run's eval/ and refreshes its report; a run on
-    a URI gets this checkpoint's eval files (``<checkpoint>.*``: results, replays, transcripts)
-    and the report, written from the local copy ``open_checkpoint`` made, uploaded."""
+    """Writes the results (and replays) under the run's eval/ as ``<name>.*`` (the checkpoint's
+    name, led by the evaluation set's when one was named) and refreshes its report; a run on a
+    URI gets these eval files (results, replays, transcripts) and the report, written from the
+    local copy ``open_checkpoint`` made, uploaded."""
     folder = run.path / EVAL
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / f"{ckpt.name}.json").write_text(json.dumps(result, indent=1))
+        (folder / f"{name}.json").write_text(json.dumps(result, indent=1))
         if replays:
-            (folder / f"{ckpt.name}.replay.json").write_text(json.dumps({"trials": replays}))
+            (folder / f"{name}.replay.json").write_text(json.dumps({"trials": replays}))
         if run.staged:
-            for path in sorted(folder.glob(f"{ckpt.name}.*")):
+            for path in sorted(folder.glob(f"{name}.*")):
                 run.write_bytes(f"eval/{path.name}", path.read_bytes())
         echo(f"report: {refresh_report(run, local_copy=True)}")
     except OSError as err:  # a read-only run directory: the results were printed (and --output)

@@ -329,10 +329,16 @@ class Mem1Algorithm(Algorithm):
         return sorted((row for rows in results for row in rows), key=lambda r: r["task_index"])
 
     def evaluate_episodes(
-        self, episodes: int, *, explore: bool = False, transcripts: str | Path | None = None
+        self,
+        episodes: int,
+        *,
+        explore: bool = False,
+        transcripts: str | Path | None = None,
+        eval_set: str | None = None,
     ) -> dict[str, Any]:
         """``memrl eval`` of a MEM1 run: ``episodes`` tasks of the held-out set
-        (``eval_env_config``, task_index 0, 1, ...), greedy unless ``explore``.
+        (``eval_env_config``, task_index 0, 1, ...), greedy unless ``explore``; ``eval_set``
+        names one of ``eval_extra``'s sets instead (its env.config, tasks from its task_offset).
 
         Returns the means (``em``, ``f1``, ``peak_tokens``, ``turns``, ...) under ``summary``,
         per-task ``returns`` and ``turns``, and every per-task figure under ``per_task`` (lists
@@ -340,8 +346,22 @@ class Mem1Algorithm(Algorithm):
         episode (prompt, each turn's text and context size, outcome) to ``transcripts`` when
         given.
         """
+        env_config, offset = None, 0
+        if eval_set is not None:
+            extra = self.config.mem1.eval_extra
+            if eval_set not in extra:
+                raise ValueError(
+                    f"--eval-set {eval_set!r} is not one of this run's evaluation sets "
+                    f"(algorithm.eval_extra: {', '.join(sorted(extra)) or 'none'}); leave it "
+                    "out for the main one (algorithm.eval_env_config)."
+                )
+            env_config, offset = self.config.mem1.eval_sets()[f"{eval_set}_"]
         rows = self.evaluate_tasks(
-            list(range(episodes)), key="memrl_eval", greedy=not explore, transcripts=True
+            list(range(offset, offset + episodes)),
+            env_config,
+            key=f"memrl_eval_{eval_set or 'main'}",
+            greedy=not explore,
+            transcripts=True,
         )
         if transcripts is not None:
             path = Path(transcripts)

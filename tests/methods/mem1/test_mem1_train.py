@@ -125,6 +125,21 @@ def test_ppo_per_turn_with_a_remote_runner_and_warm_start(tmp_path):
     assert episode["peak_tokens"] > max(t["context_tokens"] for t in episode["turns"])
     assert all({"context_tokens", "generated", "observation"} <= set(t) for t in episode["turns"])
 
+    # --eval-set plays a named set of eval_extra instead: its env.config, tasks from its offset,
+    # kept beside the main set's results under the run's eval/, not over them.
+    out = memrl_cli("eval", str(run), "--episodes", "2", "--eval-set", "unseen", timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    kept = json.loads((run / "eval" / "unseen.iter_000002.json").read_text())
+    assert kept["eval_set"] == "unseen" and kept["per_task"]["task_index"] == [38.0, 39.0]
+    assert (
+        len((run / "eval" / "unseen.iter_000002.transcripts.jsonl").read_text().splitlines()) == 2
+    )
+    assert json.loads((run / "eval" / "iter_000002.json").read_text())["episodes"] == 3
+    out = memrl_cli("eval", str(run), "--episodes", "2", "--eval-set", "unsen", timeout=600)
+    assert out.returncode != 0
+    assert "--eval-set 'unsen' is not one of this run's evaluation sets" in out.stderr
+    assert "(algorithm.eval_extra: unseen)" in out.stderr
+
 
 def test_grpo_packed_trains_and_resumes(tmp_path):
     cfg = _config(tmp_path, "grpo", algorithm="grpo", sequence_mode="packed", group_size=2)
