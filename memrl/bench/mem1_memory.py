@@ -47,7 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--paths", nargs="+", choices=PATHS, default=list(PATHS))
     parser.add_argument("--shape", choices=sorted(SHAPES), default="qwen0.5b-2layers")
-    parser.add_argument("--micro-batch-tokens", type=int, default=8192)
+    parser.add_argument("--micro-batch-tokens", type=int, default=4096)
     parser.add_argument(
         "--logp-chunk-tokens",
         type=int,
@@ -141,8 +141,10 @@ def measure(setting: dict[str, Any]) -> dict[str, Any]:
     learner = config.build_learner(spaces={DEFAULT_MODULE_ID: (space, space)})
     # AdamW allocates its state in the first update: measure the second.
     learner.update(batch=update_batch(1, 64, setting["vocab"], seed=1))
-    before = _rss("VmRSS")
     Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current RSS
+    # The baseline is the reset peak itself: an RSS read before the reset can exceed it when
+    # another thread returns pages in between, and the difference would come out negative.
+    before = _rss("VmHWM")
     batch = update_batch(setting["minibatch"], setting["tokens"], setting["vocab"], seed=2)
     start = time.perf_counter()
     results = learner.update(batch=batch)

@@ -242,10 +242,13 @@ class Mem1Settings:
     """Passes over each batch."""
     max_tokens_per_row: int = 4096
     """Training rows pack sequences up to this many tokens."""
-    micro_batch_tokens: int = 8192
-    """Tokens a learner puts through one forward/backward pass (rows x longest row); a
-    minibatch is split into such micro-batches with gradients accumulated, so learner memory
-    stays flat as the minibatch grows. Also the size of the scoring passes."""
+    micro_batch_tokens: int = 4096
+    """Tokens a learner puts through one forward/backward pass (rows x longest row, at least one
+    row); a minibatch is split into such micro-batches with gradients accumulated, so learner
+    memory stays flat as the minibatch grows. The default, one full row (max_tokens_per_row),
+    keeps 8 rows within 1.11x the peak of one (`memrl bench mem1-memory --tokens 4096
+    --minibatch 1 8`); larger micro-batches trade memory for fewer, fuller passes on a GPU.
+    Also the size of the scoring passes."""
     fsdp: bool = False
     """Shard the LM over the learners with torch FSDP2 (full fine-tuning of models that one GPU
     cannot hold with their gradients and AdamW state; needs resources.num_learners >= 2 and no
