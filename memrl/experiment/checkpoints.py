@@ -10,6 +10,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from memrl.experiment.interrupts import learners_lost
 from memrl.experiment.run_dir import MODULE_COMPONENT, STATE_FILE
 
 logger = logging.getLogger(__name__)
@@ -42,7 +43,23 @@ def restore_checkpoint(algo: Any, checkpoint: Path, *, acting_only: bool = False
     checkpoint written by an older memrl, whose layers were laid out differently) falls back to
     that, with a warning: training goes on from the saved weights with fresh optimizer moments.
     """
-    path = Path(checkpoint).resolve()
+    try:
+        _restore(algo, Path(checkpoint).resolve(), checkpoint, acting_only)
+    except Exception as err:
+        # RLlib's restore only marks a remote learner whose load failed unhealthy; the next call
+        # then fails on the empty learner list, far from the cause (which RLlib logs above).
+        if not learners_lost(algo):
+            raise
+        raise RuntimeError(
+            f"the learner could not load the checkpoint {checkpoint} (its error is logged above), "
+            "or was lost while loading it; a damaged checkpoint can be moved aside to resume "
+            "from the one before"
+        ) from err
+    if learners_lost(algo):
+        raise RuntimeError(f"a learner was lost while it loaded the checkpoint {checkpoint}")
+
+
+def _restore(algo: Any, path: Path, checkpoint: Path, acting_only: bool) -> None:
     if not acting_only:
         try:
             algo.restore_from_path(str(path))

@@ -54,6 +54,14 @@ def learners_lost(algo: Any) -> bool:
     return health is not None and health[0] < health[1]
 
 
+def raise_if_learners_lost(algo: Any, when: str) -> None:
+    """Raises RuntimeError when one of the algorithm's remote learners is marked unhealthy:
+    RLlib's checkpoint save and restore only mark a learner whose call failed, without raising."""
+    health = learner_health(algo)
+    if health is not None and health[0] < health[1]:
+        raise RuntimeError(f"{health[0]} of {health[1]} learners alive {when}")
+
+
 class StopOnSigterm:
     """While active (a ``with`` block in the main thread), SIGTERM asks training to stop after
     the iteration in progress instead of ending the process at once: ``ray job stop``, a

@@ -5,7 +5,8 @@ A run directory (``<run.output_dir>/<name>``, ``<run.storage>/<name>`` or ``--ou
 - ``config.yaml``: the fully resolved experiment config (what ``--resume`` reads back);
 - ``metrics.parquet``: one row per iteration (rewritten atomically after each one);
 - ``checkpoints/iter_NNNNNN/``: RLlib checkpoints; one counts only once complete (see RunDir), so
-  a kill during a save never leaves a half checkpoint that looks complete; the policy's RLModule
+  a kill during a save never leaves a half checkpoint that looks complete, and one with an empty
+  state file (a remote learner that died while writing it) never counts; the policy's RLModule
   lies at ``POLICY_MODULE`` inside one;
 - ``tb/``: TensorBoard event files (and ``wandb/`` or ``mlruns/`` with those loggers in
   ``run.loggers``, see loggers.py); ``curve.png``: the learning curves; ``summary.md``;
@@ -23,7 +24,7 @@ import io
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,9 @@ CHECKPOINT_PREFIX = "iter_"
 # RLlib writes an Algorithm checkpoint's own state file after its components; memrl uploads it
 # last too. A checkpoint directory without it is incomplete (a save or upload cut short).
 STATE_FILE = "algorithm_state.pkl"
+# RLlib's state files; none is ever empty (a pickle or msgpack of anything has bytes), so an empty
+# one was cut short by a process that died while writing it.
+STATE_SUFFIXES = (".pkl", ".msgpack")
 MODULE_COMPONENT = "learner_group/learner/rl_module"
 """The learner's RLModule inside an Algorithm checkpoint (a component path RLlib restores)."""
 POLICY_MODULE = f"{MODULE_COMPONENT}/default_policy"
@@ -211,8 +215,31 @@ class RunDir:
         self.write_bytes(name, buf.getvalue())
 
     def checkpoint_names(self) -> list[str]:
-        """Complete checkpoints, oldest first."""
-        return [n for n in self.checkpoint_dirs() if self.exists(CHECKPOINTS, n, STATE_FILE)]
+        """Complete checkpoints, oldest first: with their state file and no empty state file."""
+        return [
+            n
+            for n in self.checkpoint_dirs()
+            if self.exists(CHECKPOINTS, n, STATE_FILE) and not self.empty_state_files(n)
+        ]
+
+    def empty_state_files(self, name: str) -> list[str]:
+        """The state files of a checkpoint directory that are empty, relative to it.
+
+        RLlib's save returns normally when a remote learner dies while writing its part (it
+        only marks the actor unhealthy), leaving e.g. ``module_state.pkl`` empty in a checkpoint
+        whose own state file was then written: such a checkpoint cannot be restored.
+        """
+        import pyarrow.fs as pafs
+
+        root = self.at(CHECKPOINTS, name)
+        selector = pafs.FileSelector(root, recursive=True, allow_not_found=True)
+        return sorted(
+            info.path[len(root) :].lstrip("/")
+            for info in self.fs.get_file_info(selector)
+            if info.type == pafs.FileType.File
+            and info.size == 0
+            and info.base_name.endswith(STATE_SUFFIXES)
+        )
 
     def checkpoint_dirs(self) -> list[str]:
         """Every checkpoint directory, complete or not, oldest first."""
@@ -230,13 +257,42 @@ class RunDir:
         names = self.checkpoint_names()
         return names[-1] if names else None
 
-    def save_checkpoint(self, algo: Any, iteration: int, keep: int) -> str:
-        """Saves the algorithm as ``checkpoints/iter_NNNNNN``; keeps the newest ``keep``."""
+    def save_checkpoint(
+        self,
+        algo: Any,
+        iteration: int,
+        keep: int,
+        *,
+        verify: Callable[[], None] | None = None,
+    ) -> str:
+        """Saves the algorithm as ``checkpoints/iter_NNNNNN``; keeps the newest ``keep``.
+
+        ``verify`` runs once the algorithm has written the checkpoint and before it counts (is
+        uploaded or renamed into place); it raises when the save cannot be trusted, e.g. a remote
+        learner lost during it (RLlib's save does not raise then). A save with an empty state
+        file raises too. Either way no checkpoint of this iteration counts.
+        """
         name = checkpoint_name(iteration)
         final = self.at(CHECKPOINTS, name)
+
+        def check(written: Path) -> None:
+            if verify is not None:
+                verify()
+            empty = sorted(
+                p.relative_to(written).as_posix()
+                for p in written.rglob("*")
+                if p.suffix in STATE_SUFFIXES and p.is_file() and p.stat().st_size == 0
+            )
+            if empty:
+                raise RuntimeError(
+                    f"the checkpoint of iteration {iteration} was written with empty state "
+                    f"files ({', '.join(empty)}): a process died while writing them; it is not kept"
+                )
+
         if self.staged:
             with tempfile.TemporaryDirectory(prefix="memrl-ckpt-") as tmp:
                 algo.save_to_path(tmp)
+                check(Path(tmp))
                 if self.exists(CHECKPOINTS, name):  # a partial upload of an earlier attempt
                     self.fs.delete_dir(final)
                 self._upload(Path(tmp), final)
@@ -245,7 +301,12 @@ class RunDir:
             local.mkdir(parents=True, exist_ok=True)
             tmp = local / f".tmp_{name}"
             shutil.rmtree(tmp, ignore_errors=True)
-            algo.save_to_path(str(tmp))
+            try:
+                algo.save_to_path(str(tmp))
+                check(tmp)
+            except BaseException:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
             shutil.rmtree(final, ignore_errors=True)
             os.replace(tmp, final)
         complete = self.checkpoint_names()

@@ -98,7 +98,8 @@ def _trainable_class() -> type:
     from ray import tune
 
     from memrl.experiment.build import build_algorithm_config
-    from memrl.experiment.checkpoints import build_algo, sync_env_runner_weights
+    from memrl.experiment.checkpoints import build_algo, restore_checkpoint
+    from memrl.experiment.interrupts import raise_if_learners_lost
     from memrl.experiment.progress import metrics_row
 
     class MemrlTrainable(tune.Trainable):
@@ -118,10 +119,12 @@ def _trainable_class() -> type:
 
         def save_checkpoint(self, checkpoint_dir: str) -> None:
             self.algo.save_to_path(str(Path(checkpoint_dir).resolve()))
+            # RLlib's save returns normally when a learner dies mid-write: fail the trial
+            # instead of registering the damaged checkpoint (Tune retries from the one before).
+            raise_if_learners_lost(self.algo, "while the trial was checkpointed")
 
         def load_checkpoint(self, checkpoint: str) -> None:
-            self.algo.restore_from_path(str(Path(checkpoint).resolve()))
-            sync_env_runner_weights(self.algo)
+            restore_checkpoint(self.algo, Path(checkpoint))
 
         def cleanup(self) -> None:
             self.algo.stop()

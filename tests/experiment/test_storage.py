@@ -118,6 +118,53 @@ def test_a_kill_during_a_local_save_leaves_no_complete_looking_checkpoint(tmp_pa
     assert run.checkpoint_names() == ["iter_000001", "iter_000005"]
 
 
+class DiesWhileWriting(Saver):
+    """A save whose learner died while writing its weights: RLlib returns normally, leaving the
+    learner's state file empty and the checkpoint's own state file written."""
+
+    def save_to_path(self, path: str) -> None:
+        super().save_to_path(path)
+        (Path(path) / "learner_group" / "learner" / "module_state.pkl").write_bytes(b"")
+
+
+@pytest.mark.parametrize("kind", ["path", "file-uri"])
+def test_a_save_with_an_empty_state_file_or_failing_verify_does_not_count(tmp_path, kind):
+    location, on_disk = _locations(tmp_path)[kind == "file-uri"]
+    run = RunDir(location, tmp_path / "local")
+    run.save_checkpoint(Saver("w2"), 2, keep=3)
+    with pytest.raises(RuntimeError, match=r"empty state files \(learner_group/learner/module_"):
+        run.save_checkpoint(DiesWhileWriting("w4"), 4, keep=3)
+    with pytest.raises(RuntimeError, match="learner lost"):
+
+        def lost() -> None:
+            raise RuntimeError("learner lost")
+
+        run.save_checkpoint(Saver("w6"), 6, keep=3, verify=lost)
+    assert run.checkpoint_names() == ["iter_000002"]
+    assert not (on_disk / "checkpoints" / "iter_000004").exists()
+    assert not (on_disk / "checkpoints" / "iter_000006").exists()
+    assert sorted(p.name for p in (on_disk / "checkpoints").iterdir()) == ["iter_000002"]
+
+
+@pytest.mark.parametrize("kind", ["path", "file-uri"])
+def test_a_checkpoint_with_an_empty_state_file_is_not_resumed_from(tmp_path, kind):
+    """One written by an earlier memrl, before saves were checked: resume takes the one before,
+    and the next save removes it."""
+    location, on_disk = _locations(tmp_path)[kind == "file-uri"]
+    run = RunDir(location, tmp_path / "local")
+    for it in (2, 4):
+        run.save_checkpoint(Saver(f"w{it}"), it, keep=3)
+    damaged = on_disk / "checkpoints" / "iter_000004" / "learner_group" / "learner" / "state.pkl"
+    damaged.write_bytes(b"")
+    assert run.empty_state_files("iter_000004") == ["learner_group/learner/state.pkl"]
+    assert run.empty_state_files("iter_000002") == []
+    assert run.latest_checkpoint() == "iter_000002"
+    run.save_checkpoint(Saver("w3"), 3, keep=3)
+    run.save_checkpoint(Saver("w4"), 4, keep=3)  # the resumed run redoes it
+    assert run.checkpoint_names() == ["iter_000002", "iter_000003", "iter_000004"]
+    assert not damaged.exists()
+
+
 def test_where_a_run_goes(tmp_path):
     exp = parse_config({**TINY, "run": {"output_dir": str(tmp_path / "runs")}})
     assert run_location(exp) == str(tmp_path / "runs" / "tiny")
