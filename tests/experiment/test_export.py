@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 import shutil
 import subprocess
 import sys
@@ -109,7 +110,7 @@ def llm_run(tmp_path_factory):
     ckpt = run / "checkpoints" / "iter_000001"
     module.save_to_path(str(ckpt / POLICY_MODULE))
     # A checkpoint counts once the algorithm's state file is there (export reads only the module).
-    (ckpt / STATE_FILE).write_bytes(b"")
+    (ckpt / STATE_FILE).write_bytes(pickle.dumps({}))
     (run / "config.yaml").write_text(yaml.safe_dump({"name": "run", "model": {"type": "llm"}}))
     ids = torch.tensor([tok("Paris is the capital")["input_ids"]])
     with torch.no_grad():
