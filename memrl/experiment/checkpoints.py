@@ -44,7 +44,7 @@ def restore_checkpoint(algo: Any, checkpoint: Path, *, acting_only: bool = False
     that, with a warning: training goes on from the saved weights with fresh optimizer moments.
     """
     try:
-        _restore(algo, Path(checkpoint).resolve(), checkpoint, acting_only)
+        _restore(algo, checkpoint, acting_only)
     except Exception as err:
         # RLlib's restore only marks a remote learner whose load failed unhealthy; the next call
         # then fails on the empty learner list, far from the cause (which RLlib logs above).
@@ -59,7 +59,8 @@ def restore_checkpoint(algo: Any, checkpoint: Path, *, acting_only: bool = False
         raise RuntimeError(f"a learner was lost while it loaded the checkpoint {checkpoint}")
 
 
-def _restore(algo: Any, path: Path, checkpoint: Path, acting_only: bool) -> None:
+def _restore(algo: Any, checkpoint: Path, acting_only: bool) -> None:
+    path = Path(checkpoint).resolve()
     if not acting_only:
         try:
             algo.restore_from_path(str(path))

@@ -57,9 +57,9 @@ def learners_lost(algo: Any) -> bool:
 def raise_if_learners_lost(algo: Any, when: str) -> None:
     """Raises RuntimeError when one of the algorithm's remote learners is marked unhealthy:
     RLlib's checkpoint save and restore only mark a learner whose call failed, without raising."""
-    health = learner_health(algo)
-    if health is not None and health[0] < health[1]:
-        raise RuntimeError(f"{health[0]} of {health[1]} learners alive {when}")
+    if learners_lost(algo):
+        alive, total = learner_health(algo)
+        raise RuntimeError(f"{alive} of {total} learners alive {when}")
 
 
 class StopOnSigterm:

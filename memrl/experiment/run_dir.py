@@ -24,7 +24,7 @@ import io
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +63,20 @@ def checkpoint_name(iteration: int) -> str:
 def is_checkpoint_name(name: str) -> bool:
     """Whether a directory name is one of a checkpoint (``iter_`` and digits)."""
     return name.startswith(CHECKPOINT_PREFIX) and name[len(CHECKPOINT_PREFIX) :].isdigit()
+
+
+def _empty_state_files(fs: Any, root: str) -> list[str]:
+    """The empty state files under ``root`` on a pyarrow filesystem, relative to it."""
+    import pyarrow.fs as pafs
+
+    selector = pafs.FileSelector(root, recursive=True, allow_not_found=True)
+    return sorted(
+        info.path[len(root) :].lstrip("/")
+        for info in fs.get_file_info(selector)
+        if info.type == pafs.FileType.File
+        and info.size == 0
+        and info.base_name.endswith(STATE_SUFFIXES)
+    )
 
 
 def checkpoint_iteration(name: str) -> int:
@@ -229,17 +243,7 @@ class RunDir:
         only marks the actor unhealthy), leaving e.g. ``module_state.pkl`` empty in a checkpoint
         whose own state file was then written: such a checkpoint cannot be restored.
         """
-        import pyarrow.fs as pafs
-
-        root = self.at(CHECKPOINTS, name)
-        selector = pafs.FileSelector(root, recursive=True, allow_not_found=True)
-        return sorted(
-            info.path[len(root) :].lstrip("/")
-            for info in self.fs.get_file_info(selector)
-            if info.type == pafs.FileType.File
-            and info.size == 0
-            and info.base_name.endswith(STATE_SUFFIXES)
-        )
+        return _empty_state_files(self.fs, self.at(CHECKPOINTS, name))
 
     def checkpoint_dirs(self) -> list[str]:
         """Every checkpoint directory, complete or not, oldest first."""
@@ -257,32 +261,24 @@ class RunDir:
         names = self.checkpoint_names()
         return names[-1] if names else None
 
-    def save_checkpoint(
-        self,
-        algo: Any,
-        iteration: int,
-        keep: int,
-        *,
-        verify: Callable[[], None] | None = None,
-    ) -> str:
+    def save_checkpoint(self, algo: Any, iteration: int, keep: int) -> str:
         """Saves the algorithm as ``checkpoints/iter_NNNNNN``; keeps the newest ``keep``.
 
-        ``verify`` runs once the algorithm has written the checkpoint and before it counts (is
-        uploaded or renamed into place); it raises when the save cannot be trusted, e.g. a remote
-        learner lost during it (RLlib's save does not raise then). A save with an empty state
-        file raises too. Either way no checkpoint of this iteration counts.
+        Once the algorithm has written the checkpoint and before it counts (is uploaded or
+        renamed into place), a remote learner lost meanwhile or an empty state file raises
+        (RLlib's save returns normally when its learner dies mid-write); no checkpoint of this
+        iteration counts then.
         """
+        import pyarrow.fs as pafs
+
+        from memrl.experiment.interrupts import raise_if_learners_lost  # imports this module
+
         name = checkpoint_name(iteration)
         final = self.at(CHECKPOINTS, name)
 
         def check(written: Path) -> None:
-            if verify is not None:
-                verify()
-            empty = sorted(
-                p.relative_to(written).as_posix()
-                for p in written.rglob("*")
-                if p.suffix in STATE_SUFFIXES and p.is_file() and p.stat().st_size == 0
-            )
+            raise_if_learners_lost(algo, "while it was checkpointed")
+            empty = _empty_state_files(pafs.LocalFileSystem(), written.resolve().as_posix())
             if empty:
                 raise RuntimeError(
                     f"the checkpoint of iteration {iteration} was written with empty state "

@@ -23,11 +23,7 @@ import yaml
 from memrl.experiment.build import build_algorithm_config, check_resources, validate_env
 from memrl.experiment.checkpoints import build_algo, restore_checkpoint
 from memrl.experiment.config import ExperimentConfig, parse_config
-from memrl.experiment.interrupts import (
-    StopOnSigterm,
-    lost_learner_ends_run,
-    raise_if_learners_lost,
-)
+from memrl.experiment.interrupts import StopOnSigterm, lost_learner_ends_run
 from memrl.experiment.progress import metrics_row, progress_line, summary_table
 from memrl.experiment.ray_session import ray_session
 from memrl.experiment.replay import REPLAY_ENVS
@@ -130,15 +126,8 @@ def train(
             def save() -> None:
                 # A learner lost while its state is gathered for a checkpoint: the same clear
                 # end as a loss during training (the checkpoint being written does not count).
-                # RLlib's save returns normally when its learner dies mid-write; verify catches
-                # that before the checkpoint counts.
                 with lost_learner_ends_run(algo, run, last_saved):
-                    run.save_checkpoint(
-                        algo,
-                        algo.iteration,
-                        exp.run.keep_checkpoints,
-                        verify=lambda: raise_if_learners_lost(algo, "while it was checkpointed"),
-                    )
+                    run.save_checkpoint(algo, algo.iteration, exp.run.keep_checkpoints)
 
             with stop_request:
                 while not _should_stop(exp, algo.iteration, rows) and not stop_request.requested:
