@@ -6,7 +6,8 @@
 - ``train`` (the loop), ``evaluate``, ``tune`` (+ ``tune_space``): what the commands run;
 - ``run_dir``: a run directory and its checkpoints, the one owner of their file names and paths;
   ``progress``: metrics rows, the progress line, the summary; ``checkpoints``: building an
-  Algorithm and restoring a checkpoint into it; ``interrupts``: SIGTERM and lost learners;
+  Algorithm and restoring a checkpoint into it; ``interrupts``: SIGTERM and lost learners
+  (``learner_health``: whether the remote learners are alive);
 - ``ray_session``: embedded or joined Ray; ``callbacks``: per-inner-episode metrics;
 - ``loggers``: TensorBoard, Weights & Biases and MLflow (``run.loggers``);
 - ``tables``: what every benchmark writes (a printed table, parquet, PNG);

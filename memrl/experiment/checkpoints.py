@@ -10,7 +10,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from memrl.experiment.interrupts import learners_lost
+from memrl.experiment.learner_health import learners_lost
 from memrl.experiment.run_dir import MODULE_COMPONENT, STATE_FILE
 
 logger = logging.getLogger(__name__)

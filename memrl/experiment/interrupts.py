@@ -13,6 +13,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+from memrl.experiment.learner_health import learner_health, learners_lost
 from memrl.experiment.run_dir import CHECKPOINTS, RunDir
 
 
@@ -37,29 +38,6 @@ def lost_learner_ends_run(algo: Any, run: RunDir, last_saved: int) -> Iterator[N
         if not (isinstance(err, RayActorError) or learners_lost(algo)):
             raise
         raise RunInterrupted(_lost_actor_message(err, algo, run, last_saved)) from err
-
-
-def learner_health(algo: Any) -> tuple[int, int] | None:
-    """(alive, total) remote learners of the algorithm; None for a local learner."""
-    group = getattr(algo, "learner_group", None)
-    if group is None or group.is_local:
-        return None
-    manager = group._worker_manager
-    return manager.num_healthy_actors(), manager.num_actors()
-
-
-def learners_lost(algo: Any) -> bool:
-    """Whether one of the algorithm's remote learners is marked unhealthy (dead)."""
-    health = learner_health(algo)
-    return health is not None and health[0] < health[1]
-
-
-def raise_if_learners_lost(algo: Any, when: str) -> None:
-    """Raises RuntimeError when one of the algorithm's remote learners is marked unhealthy:
-    RLlib's checkpoint save and restore only mark a learner whose call failed, without raising."""
-    if learners_lost(algo):
-        alive, total = learner_health(algo)
-        raise RuntimeError(f"{alive} of {total} learners alive {when}")
 
 
 class StopOnSigterm:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from memrl.experiment.config import ExperimentConfig
+from memrl.experiment.learner_health import raise_if_learners_lost
 from memrl.experiment.tables import frame_of_parquet
 
 CONFIG = "config.yaml"
@@ -270,8 +271,6 @@ class RunDir:
         iteration counts then.
         """
         import pyarrow.fs as pafs
-
-        from memrl.experiment.interrupts import raise_if_learners_lost  # imports this module
 
         name = checkpoint_name(iteration)
         final = self.at(CHECKPOINTS, name)

@@ -99,7 +99,7 @@ def _trainable_class() -> type:
 
     from memrl.experiment.build import build_algorithm_config
     from memrl.experiment.checkpoints import build_algo, restore_checkpoint
-    from memrl.experiment.interrupts import raise_if_learners_lost
+    from memrl.experiment.learner_health import raise_if_learners_lost
     from memrl.experiment.progress import metrics_row
 
     class MemrlTrainable(tune.Trainable):

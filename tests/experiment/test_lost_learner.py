@@ -11,11 +11,8 @@ import ray
 from memrl.experiment.build import build_algorithm_config
 from memrl.experiment.checkpoints import restore_checkpoint
 from memrl.experiment.config import parse_config
-from memrl.experiment.interrupts import (
-    RunInterrupted,
-    learners_lost,
-    lost_learner_ends_run,
-)
+from memrl.experiment.interrupts import RunInterrupted, lost_learner_ends_run
+from memrl.experiment.learner_health import learners_lost
 from memrl.experiment.run_dir import POLICY_MODULE, RunDir
 
 
