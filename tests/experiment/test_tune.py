@@ -143,8 +143,9 @@ def test_sweep_from_the_cli_is_interrupted_and_resumes(tmp_path):
     cfg = write_config(
         tmp_path / "sweep.yaml",
         resources={"num_env_runners": 0, "num_envs_per_env_runner": 2},
-        # Long enough that the interrupt, sent after the first checkpoint, lands mid-trial.
-        run={"stop_iters": 8, "checkpoint_every": 1},
+        # Long enough that the interrupt, sent after the first checkpoint, lands mid-trial
+        # (a bulk-path iteration here takes ~0.3 s: 8 of them ended a trial before the poll).
+        run={"stop_iters": 40, "checkpoint_every": 1},
         tune={
             "metric": "episode_return_mean",
             "mode": "max",
@@ -158,7 +159,8 @@ def test_sweep_from_the_cli_is_interrupted_and_resumes(tmp_path):
     try:
         deadline = time.time() + 300
         while time.time() < deadline and proc.poll() is None:
-            if list(sweep.glob("*/checkpoint_000000")):
+            # Any checkpoint: with keep_checkpoints 3 the first is gone after the fourth.
+            if list(sweep.glob("*/checkpoint_*")):
                 break
             time.sleep(0.5)
         else:
@@ -187,7 +189,7 @@ def test_sweep_from_the_cli_is_interrupted_and_resumes(tmp_path):
     df = pd.read_parquet(sweep / "trials.parquet")
     assert sorted(df["algorithm.lr"]) == [1.0e-4, 1.0e-3]
     assert list(df.status) == ["TERMINATED", "TERMINATED"]
-    assert list(df.iterations) == [8, 8] and list(df.env_steps_sampled) == [3200, 3200]
+    assert list(df.iterations) == [40, 40] and list(df.env_steps_sampled) == [16000, 16000]
     # The interrupted trial went on from its checkpoint instead of starting over.
     first = df[df.trial_id == interrupted.trial_id.iloc[0]].iloc[0]
     assert first.iterations_since_restore < first.iterations
