@@ -263,6 +263,13 @@ CATALOGUE: tuple[Breakage, ...] = (
         "reference log-probs come from the frozen reference",
     ),
     _mem1(
+        "mem1-reference-temperature",
+        "learner.py",
+        "temperature=policy.temperature,",
+        "temperature=1.0,",
+        "the KL reference scores at the policy's sampling temperature",
+    ),
+    _mem1(
         "mem1-logp-temperature",
         "network.py",
         "return logits / temperature if temperature != 1.0 else logits",

@@ -134,11 +134,15 @@ class TokenLearner(TorchLearner):
         ref_lm = copy.deepcopy(policy.lm).eval()
         for p in ref_lm.parameters():
             p.requires_grad_(False)
+        # The same distribution as the policy's at the start (its temperature, its compute
+        # dtype): a reference at another temperature would put a KL between identical weights.
         return TokenPolicy(
             ref_lm,
             value_head=False,
             logp_chunk_tokens=policy.logp_chunk_tokens,
             full_logits=policy.full_logits,
+            compute_dtype=policy.compute_dtype,
+            temperature=policy.temperature,
         )
 
     def snapshot_reference(self) -> None:

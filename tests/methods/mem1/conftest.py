@@ -26,9 +26,11 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     )
 
 
-def _mem1_config(model_dir: Path, *, resources: dict | None = None, **algorithm: Any) -> Any:
+def _mem1_config(
+    model_dir: Path, *, resources: dict | None = None, model: dict | None = None, **algorithm: Any
+) -> Any:
     """The ``Mem1Config`` of a doc-QA experiment on ``model_dir`` (built as ``memrl train``
-    builds it), with algorithm settings and resources overridden."""
+    builds it), with algorithm settings, model settings and resources overridden."""
     from memrl.experiment.build import build_algorithm_config
     from memrl.experiment.config import parse_config
 
@@ -37,7 +39,7 @@ def _mem1_config(model_dir: Path, *, resources: dict | None = None, **algorithm:
             "name": "mem1_test",
             "env": {"id": "memrl/DocQA-v0", "config": dict(DOC_QA)},
             "algorithm": {"name": "mem1", "max_tokens_per_turn": 4, **algorithm},
-            "model": {"type": "llm", "path": str(model_dir), "dtype": "float32"},
+            "model": {"type": "llm", "path": str(model_dir), "dtype": "float32", **(model or {})},
             "resources": {"num_env_runners": 0, "num_envs_per_env_runner": 4, **(resources or {})},
         }
     )
@@ -70,5 +72,6 @@ def mem1_config(tiny_model_dir):
 
 @pytest.fixture
 def make_learner(tiny_model_dir):
-    """make_learner(**algorithm): a real ``TokenLearner`` built in this process (no Ray)."""
+    """make_learner(model=None, **algorithm): a real ``TokenLearner`` built in this process (no
+    Ray)."""
     return lambda **kw: _build_learner(tiny_model_dir, **kw)

@@ -217,6 +217,27 @@ def test_reference_log_probs_come_from_the_frozen_reference(make_learner):
     np.testing.assert_allclose(after["ref_logp"], before["logp"], atol=1e-5)
 
 
+def test_reference_scores_at_the_policy_temperature(make_learner):
+    """With rollouts sampled at a temperature, the KL reference is a copy of that same sampling
+    distribution: before any update its log-probs equal the policy's (a reference scored at
+    temperature 1 would put a KL between identical weights)."""
+    learner = make_learner(
+        algorithm="grpo", group_size=2, kl_coef=0.1, model={"generation": {"temperature": 0.25}}
+    )
+    policy, ref = learner._policy(), learner._reference
+    assert policy.temperature == 0.25
+    assert ref.temperature == policy.temperature and ref.compute_dtype == policy.compute_dtype
+    cols = build_rows(
+        _episodes(policy.lm.config.vocab_size), ContextPolicy("mem1"), "per_turn", 40, pad_id=0
+    )
+    scored = learner.score_rows(cols, token_budget=10_000)
+    mask = cols["loss_mask"]
+    np.testing.assert_allclose(scored["ref_logp"][mask], scored["logp"][mask], atol=1e-6)
+    policy.temperature = 1.0  # the same weights at another temperature score differently
+    at_one = learner.score_rows(cols, token_budget=10_000, reference=False)
+    assert np.abs(at_one["logp"] - scored["logp"])[mask].max() > 1e-2
+
+
 def test_reference_is_refreshed_in_place(make_learner):
     learner = make_learner(algorithm="grpo", group_size=2)
     ref = learner._reference
