@@ -265,9 +265,9 @@ CATALOGUE: tuple[Breakage, ...] = (
     _mem1(
         "mem1-reference-temperature",
         "learner.py",
-        "temperature=policy.temperature,",
-        "temperature=1.0,",
-        "the KL reference scores at the policy's sampling temperature",
+        "ref = copy.deepcopy(policy).eval().requires_grad_(False)",
+        "ref = TokenPolicy(copy.deepcopy(policy.lm).eval().requires_grad_(False), False)",
+        "the KL reference scores at the policy's sampling temperature (a copy of the whole policy)",
     ),
     _mem1(
         "mem1-logp-temperature",

@@ -131,19 +131,12 @@ class TokenLearner(TorchLearner):
 
     @staticmethod
     def _frozen_copy(policy: TokenPolicy) -> TokenPolicy:
-        ref_lm = copy.deepcopy(policy.lm).eval()
-        for p in ref_lm.parameters():
-            p.requires_grad_(False)
-        # The same distribution as the policy's at the start (its temperature, its compute
-        # dtype): a reference at another temperature would put a KL between identical weights.
-        return TokenPolicy(
-            ref_lm,
-            value_head=False,
-            logp_chunk_tokens=policy.logp_chunk_tokens,
-            full_logits=policy.full_logits,
-            compute_dtype=policy.compute_dtype,
-            temperature=policy.temperature,
-        )
+        """The policy copied whole, so that the reference scores exactly as the policy does
+        (temperature, compute dtype, chunking: a reference at another temperature would put a KL
+        between identical weights), frozen and without a value head."""
+        ref = copy.deepcopy(policy).eval().requires_grad_(False)
+        ref.value_head = None
+        return ref
 
     def snapshot_reference(self) -> None:
         """Freezes the current policy as the KL reference (LoRA: the base model, adapters off)."""
