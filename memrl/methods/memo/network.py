@@ -131,13 +131,16 @@ class MemoTransformer(nn.Module):
         causal: bool = False,
         keep: list[bool] | None = None,
         collect: bool = False,
+        prefix: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
     ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
         """Runs tokens x (B, L, d) through all layers; returns final-normed outputs (B, L, d).
 
         Without a cache the tokens attend among themselves (``causal`` or ``mask``). With one,
         each layer first writes the tokens' K/V into ``kv`` as ``where`` says, then attends to
-        the keys ``where`` names: one ``scaled_dot_product_attention`` per layer. ``collect``
-        also returns each kept layer's new (K, V) (B, H, L, hd).
+        the keys ``where`` names: one ``scaled_dot_product_attention`` per layer. ``prefix``:
+        each kept layer's (K, V) (B, H, P, hd) of earlier tokens, put before the tokens' own
+        (differentiable; ``mask`` then spans the P + L keys). ``collect`` also returns each kept
+        layer's new (K, V) (B, H, L, hd).
         """
         cfg = self.cfg
         B, L, d = x.shape
@@ -145,6 +148,7 @@ class MemoTransformer(nn.Module):
         shape = (d,)
         kvs = []
         h = x
+        kept = 0
         for i, block in enumerate(self.blocks):
             if keep is not None and not keep[i]:
                 continue
@@ -154,7 +158,11 @@ class MemoTransformer(nn.Module):
             # q and k rotated together: (B, L, 2, H, hd) -> (B, H, 2, L, hd) -> 2 x (B, H, L, hd).
             q, k = rotate(qkv[:, :, :2], cos, sin).transpose(1, 3).unbind(2)
             v = qkv[:, :, 2].transpose(1, 2)  # (B, H, L, hd)
-            if where is None:
+            if prefix is not None:
+                pk, pv = prefix[kept]
+                keys, values = torch.cat([pk, k], dim=2), torch.cat([pv, v], dim=2)
+                y = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
+            elif where is None:
                 y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
             else:
                 keys, values = where.write(kv[i], k, v)
@@ -165,6 +173,7 @@ class MemoTransformer(nn.Module):
             h = h + F.linear(F.gelu(gate) * up, mlp.down.weight)
             if collect:
                 kvs.append((k, v))
+            kept += 1
         return F.rms_norm(h, shape, self.norm.weight, eps), kvs
 
     def _layer_keep(self, layer_drop: bool | None) -> list[bool] | None:
@@ -210,19 +219,53 @@ class MemoTransformer(nn.Module):
         slots = self.slots.weight[None].expand(B, -1, -1)
         cap = cfg.summary_cap
         mem = x.new_zeros(B, 0, cfg.d_model)  # (B, n*l_sum, d) summaries fed back as inputs
+        # The summaries lead every chunk at positions from 0 under causal attention, so a chunk
+        # computes exactly what the last one did for the summaries both hold: their K/V are
+        # kept (``prefix``, one (K, V) per kept layer, of mem[:, :held]) and only the newly
+        # written summaries are run again, until an eviction moves every position.
+        prefix: list[tuple[torch.Tensor, torch.Tensor]] | None = None
+        held = 0
         outs = []
         for start in range(0, T, seg):
             chunk = x[:, start : start + seg]
             n, L = mem.shape[1], chunk.shape[1]
             emit = L == seg and start + seg < T  # summaries of the last chunk are never read
-            inp = torch.cat([mem, chunk, slots] if emit else [mem, chunk], dim=1)
-            h, _ = self._causal_run(inp, keep)
-            outs.append(h[:, n : n + L])
+            new = mem[:, held:]
+            inp = torch.cat([new, chunk, slots] if emit else [new, chunk], dim=1)
+            h, kvs = self._prefixed_run(inp, prefix, held, keep, collect=emit)
+            fresh = n - held  # summary tokens run in this chunk
+            outs.append(h[:, fresh : fresh + L])
             if emit:
-                mem = torch.cat([mem, h[:, n + L :]], dim=1)
-                if cap is not None:
+                kvs = [(k[:, :, :fresh], v[:, :, :fresh]) for k, v in kvs]
+                if prefix is not None:
+                    kvs = [
+                        (torch.cat([pk, k], dim=2), torch.cat([pv, v], dim=2))
+                        for (pk, pv), (k, v) in zip(prefix, kvs, strict=True)
+                    ]
+                prefix, held = kvs, n
+                mem = torch.cat([mem, h[:, fresh + L :]], dim=1)
+                if cap is not None and mem.shape[1] > cap * cfg.l_sum:
                     mem = mem[:, -cap * cfg.l_sum :]
+                    prefix, held = None, 0  # positions moved: run them all again
         return torch.cat(outs, dim=1)
+
+    def _prefixed_run(
+        self,
+        x: torch.Tensor,
+        prefix: list[tuple[torch.Tensor, torch.Tensor]] | None,
+        P: int,
+        keep: list[bool] | None,
+        collect: bool,
+    ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
+        """x (B, L, d) at positions [P, P + L), causal over the P earlier tokens whose K/V
+        ``prefix`` holds (one per kept layer) and over themselves (no prefix: ``_causal_run``)."""
+        if prefix is None:
+            return self._causal_run(x, keep, collect=collect)
+        L = x.shape[1]
+        cos, sin = self._rope(P, L, P + L)
+        ar = torch.arange(L, device=x.device)
+        mask = visible_mask(P, P + L, ar)
+        return self._layers(x, cos, sin, mask=mask, keep=keep, collect=collect, prefix=prefix)
 
     # ------------------------------------------------------------ inference
     def init_cache(self, batch_size: int, seg_len: int | None = None) -> MemoCache:
