@@ -442,11 +442,39 @@ CATALOGUE: tuple[Breakage, ...] = (
         nth=1,  # the training forward (the second is prefill's)
     ),
     _memo(
+        "memo-kept-summary-keys-detached",
+        "network.py",
+        "kvs = [(k[:, :, :fresh], v[:, :, :fresh]) for k, v in kvs]",
+        "kvs = [(k[:, :, :fresh].detach(), v[:, :, :fresh]) for k, v in kvs]",
+        "gradients flow through the summary K/V a training chunk keeps for the next",
+    ),
+    _memo(
         "memo-step-position",
         "network.py",
         "pos = cache.t if fct else cache.n_sum + cache.seg_len  # (B,) host",
         "pos = cache.t if fct else cache.seg_len  # (B,) host",
         "a cached step's token sits after the summaries",
+    ),
+    _memo(
+        "memo-decoupled-clips-around-acting",
+        "bulk_learner.py",
+        'rows["logp"] = np.where(mask, prox_logp, rows["logp"]).astype(np.float32)',
+        'rows["logp"] = rows["logp"].astype(np.float32)',
+        "a batch acted behind is clipped around the learner's own policy (decoupled PPO)",
+    ),
+    _memo(
+        "memo-behaviour-weight-inverted",
+        "bulk_learner.py",
+        'behaviour[mask] = np.exp(prox_logp[mask] - rows["logp"][mask])',
+        'behaviour[mask] = np.exp(rows["logp"][mask] - prox_logp[mask])',
+        "decoupled PPO weights a step by pi_prox / pi_behaviour",
+    ),
+    _memo(
+        "memo-behaviour-weight-dropped",
+        "learner.py",
+        "pg_loss = pg_loss * behaviour_weights",
+        "pg_loss = pg_loss",
+        "decoupled PPO's surrogate is weighted per step",
     ),
     _memo(
         "memo-bulk-prefix-dropped",

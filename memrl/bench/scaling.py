@@ -7,11 +7,13 @@ version and memrl's lean connectors on RLlib's episode path (``vector``) and on 
 (``bulk``: rollouts as flat arrays from the vector env to the PPO loss, memrl.rollout; one learner
 at most), Memo rows (the model, envs per runner and PPO batch, minibatch and epochs of
 ``--memo-config``, ``configs/memo_key_door.yaml`` by default; 0 runners) on both paths
-(``memo``, ``memo-bulk``), plus comparison rows: RLlib's defaults (gymnasium's SyncVectorEnv
-of single envs, action normalization, the default connectors) at 8 envs (RLlib's default
-setting) and at ``--envs-per-runner`` envs, memrl's defaults with SyncVectorEnv stepping, and
-more envs per runner (``--more-envs``). The ceiling is the raw speed of one env stepped in a
-plain loop in one process, random actions; the native vectorized env alone is reported too.
+(``memo``, ``memo-bulk``) and on the bulk path sampling the next batch while the learner trains
+(``memo-overlap``, ``resources.overlap_sampling``), plus comparison rows: RLlib's defaults
+(gymnasium's SyncVectorEnv of single envs, action normalization, the default connectors) at 8
+envs (RLlib's default setting) and at ``--envs-per-runner`` envs, memrl's defaults with
+SyncVectorEnv stepping, and more envs per runner (``--more-envs``). The ceiling is the raw
+speed of one env stepped in a plain loop in one process, random actions; the native vectorized
+env alone is reported too.
 
 Columns: ``pipeline_steps_per_s`` (env steps per wall second of whole ``train()`` iterations:
 sampling + learning + weight sync), ``sampling_steps_per_s`` (a sampling-only round of one train
@@ -126,13 +128,16 @@ def experiment(
     """The experiment config of one setting (the total train batch is the same for any learners).
 
     ``mode``: an ``env_vectorize_mode`` (RLlib's episode path), "bulk" (the native vector env on
-    the bulk path), "memo" / "memo-bulk" (the Memo model of ``--memo-config`` on either path), or
+    the bulk path), "memo" / "memo-bulk" / "memo-overlap" (the Memo model of ``--memo-config``
+    on either path, and on the bulk path sampling the next batch while it trains,
+    ``resources.overlap_sampling``), or
     "rllib" for RLlib's own defaults (sync stepping, action normalization on, the default
     module-to-env connectors)."""
     per_learner = args.train_batch // max(1, learners)
     minibatch, epochs = min(args.minibatch, per_learner), args.epochs
     rllib = mode == "rllib"
-    bulk = mode in ("bulk", "memo-bulk")
+    overlap = mode == "memo-overlap"
+    bulk = overlap or mode in ("bulk", "memo-bulk")
     model = {"type": "mlp", "hiddens": [64, 64], "lean_connectors": not rllib}
     if mode.startswith("memo"):
         model, ppo = memo_model(args.memo_config)
@@ -158,6 +163,7 @@ def experiment(
             "num_learners": learners,
             "env_vectorize_mode": "sync" if rllib else "vector" if bulk else mode,
             "sampler": "bulk" if bulk else "episodes",
+            "overlap_sampling": overlap,
         },
     }
 
@@ -297,7 +303,8 @@ def settings(args: argparse.Namespace) -> list[tuple[int, int, int, str]]:
     # The bulk path trains with one learner (remote or in the driver).
     out += [(0, n, envs, "bulk") for n in learners if n == 1]
     if args.memo_config:
-        out += [(0, 0, memo_envs(args.memo_config), m) for m in ("memo", "memo-bulk")]
+        modes = ("memo", "memo-bulk", "memo-overlap")
+        out += [(0, 0, memo_envs(args.memo_config), m) for m in modes]
     return out
 
 

@@ -162,4 +162,8 @@ def build_algorithm_config(exp: ExperimentConfig) -> AlgorithmConfig:
     algo.reporting(min_sample_timesteps_per_iteration=1)
     algo.debugging(seed=exp.run.seed, log_level="WARN")
     exp.model.apply(algo, exp)
+    if r.overlap_sampling:
+        from memrl.rollout.select import apply_overlap
+
+        apply_overlap(algo, exp)
     return algo

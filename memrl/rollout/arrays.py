@@ -15,6 +15,11 @@ from typing import Any
 import numpy as np
 import torch
 
+ACTED_BEHIND = "acted_behind"
+"""``Rollout.extras`` key: True when the rollout was acted by weights older than those of the
+learner that trains on it (overlapped sampling, one version behind); a learner that knows it may
+correct for it (Memo's: decoupled PPO)."""
+
 
 @dataclass
 class Rollout:

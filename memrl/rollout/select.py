@@ -63,3 +63,30 @@ def apply_bulk(
         learner_class = BulkPPOLearner
     algo_config.env_runners(env_runner_cls=env_runner_class)
     algo_config.learners(learner_class=learner_class)
+
+
+def apply_overlap(algo_config: Any, exp: Any) -> None:
+    """Makes PPO sample the next batch while it trains (``resources.overlap_sampling``;
+    ``OverlappedPPO``), where the experiment runs on the bulk path.
+
+    Raises:
+        ValueError: the experiment is not on the bulk path (the message says why).
+    """
+    from memrl.rollout.env_runner import BulkEnvRunner
+
+    runner = algo_config.env_runner_cls
+    if not (isinstance(runner, type) and issubclass(runner, BulkEnvRunner)):
+        why = bulk_refusal(algo_config, exp, None) or "the env has no native vector form"
+        raise ValueError(
+            f"resources.overlap_sampling needs the bulk path, which this experiment is not on: "
+            f"{why}; turn overlap_sampling off"
+        )
+    if not getattr(algo_config.learner_class, "corrects_acting_lag", False):
+        raise ValueError(
+            "resources.overlap_sampling trains Memo models only (model.type memo): their "
+            "learner corrects for batches acted one weight version behind; turn "
+            "overlap_sampling off"
+        )
+    from memrl.rollout.overlap import OverlappedPPO
+
+    algo_config.algo_class = OverlappedPPO

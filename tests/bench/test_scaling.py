@@ -12,6 +12,7 @@ from memrl.bench import scaling
 from memrl.experiment.build import build_algorithm_config
 from memrl.experiment.config import parse_config
 from memrl.rollout.env_runner import BulkEnvRunner
+from memrl.rollout.overlap import OverlappedPPO
 
 
 def _args(*argv: str) -> argparse.Namespace:
@@ -40,6 +41,7 @@ def test_default_settings_cover_runners_learners_and_the_old_defaults():
         (0, 1, 256, "bulk"),
         (0, 0, 40, "memo"),
         (0, 0, 40, "memo-bulk"),
+        (0, 0, 40, "memo-overlap"),
     ]
     assert scaling.settings(_args("--quick", "--learners", "", "--memo-config", "")) == [
         (0, 0, 256, "vector"),
@@ -60,12 +62,14 @@ def test_every_setting_is_a_valid_experiment_with_the_same_total_batch():
         assert exp.resources.num_env_runners == runners and exp.resources.num_learners == learners
         assert exp.resources.num_envs_per_env_runner == envs
         rllib = mode == "rllib"
-        bulk = mode in ("bulk", "memo-bulk")
+        bulk = mode in ("bulk", "memo-bulk", "memo-overlap")
         vectorize = "sync" if rllib else mode if mode in ("sync", "vector") else "vector"
         assert exp.resources.env_vectorize_mode == vectorize
         assert exp.resources.sampler == ("bulk" if bulk else "episodes")
         algo = build_algorithm_config(exp)
         assert (algo.env_runner_cls is not None) is bulk
+        assert exp.resources.overlap_sampling is (mode == "memo-overlap")
+        assert (algo.algo_class is OverlappedPPO) is (mode == "memo-overlap")
         assert (exp.model.TAG_KEY[1] == "memo") is mode.startswith("memo")
         if mode.startswith("memo"):
             # configs/memo_key_door.yaml's model and PPO batch settings, not the MLP rows'.

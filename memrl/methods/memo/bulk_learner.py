@@ -6,8 +6,17 @@ env's consecutive real steps of one trial) becomes one row from its trial's firs
 context before the rollout comes from ``memo_prefix_obs``, the chunk's steps sit at their trial
 steps (``Rollout.trial_t``), and the observation after its last step (the next one, or the
 trial's final one on the reset row) closes the row for the bootstrap value. Values come from one
-no-grad pass over the rows; GAE runs on the (T, N) arrays (``memrl.rollout.gae``) and its
-results are scattered back into the rows, where the loss mask covers the chunk's own steps.
+no-grad pass over the rows (``rollout_values``); GAE runs on the (T, N) arrays
+(``memrl.rollout.gae``) and its results are scattered back into the rows, where the loss mask
+covers the chunk's own steps.
+
+A rollout acted by older weights than the learner's (``ACTED_BEHIND``: overlapped sampling, one
+version behind) is trained with decoupled PPO (Hilton et al., 2021, "Batch size-invariance for
+policy optimization"): the same pass also gives the learner's own log-probs before the update
+(pi_prox), the ratio is clipped around them instead of around the acting policy's, and each
+step's surrogate is weighted by pi_prox(a) / pi_behaviour(a) (``BEHAVIOUR_WEIGHTS``). Clipped
+around a policy the learner has already moved away from, PPO would zero the gradient of many
+steps before the first minibatch.
 """
 
 from __future__ import annotations
@@ -21,15 +30,18 @@ from ray.rllib.core.columns import Columns
 from ray.rllib.evaluation.postprocessing import Postprocessing
 from ray.rllib.policy.sample_batch import MultiAgentBatch
 
-from memrl.methods.memo.columns import MEMO_PREFIX_OBS, MEMO_SEG_LEN
+from memrl.methods.memo.columns import BEHAVIOUR_WEIGHTS, MEMO_PREFIX_OBS, MEMO_SEG_LEN
 from memrl.methods.memo.learner import MemoPPOLearner, _distributed, row_minibatches
-from memrl.rollout.arrays import Rollout, as_tensor
+from memrl.rollout.arrays import ACTED_BEHIND, Rollout, as_tensor
 from memrl.rollout.gae import gae
 from memrl.rollout.learner import BulkUpdate, RolloutLearner
 
 
 class MemoBulkLearner(RolloutLearner, MemoPPOLearner):
     """MemoPPOLearner that also takes ``Rollout`` lists; see the module docstring."""
+
+    corrects_acting_lag = True
+    """Trains rollouts marked ``ACTED_BEHIND`` with decoupled PPO (overlapped sampling)."""
 
     def rollout_minibatches(self, update: BulkUpdate) -> Iterable[MultiAgentBatch]:
         batch = memo_rollout_batch(
@@ -108,6 +120,41 @@ def trial_rows(rollout: Rollout) -> dict[str, Any]:
 
 
 @torch.no_grad()
+def rollout_values(
+    module: Any, rollout: Rollout, rows: dict[str, Any], device: Any = None
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Values of a rollout's observations from one no-grad pass of ``module`` over its
+    ``trial_rows``, and, for a rollout acted behind, the module's log-probs of the actions taken.
+
+    Returns:
+        (T + 1, N) float32 values in return units: row t of env n holds the value of
+        ``obs[t, n]`` in its trial's context; where a row closes (``rows["end"]``) the next row
+        holds the value of the observation after it, the bootstrap (the reset row's, or row
+        T's). And (B, T') float32 log-probs in the row layout (None unless ``ACTED_BEHIND``).
+    """
+    seg = int(rollout.extras.get(MEMO_SEG_LEN) or module.memo_cfg.l_seg)
+    B = rows["mask"].shape[0]
+    obs = torch.from_numpy(rows["obs"]).to(device)
+    seg_rows = torch.full((B,), seg, dtype=torch.long, device=device)
+    batch = {Columns.OBS: obs, MEMO_SEG_LEN: seg_rows}
+    logp = None
+    if rollout.extras.get(ACTED_BEHIND):
+        values, logits = module.values_and_logits(batch)  # (B, T'), (B, T', A)
+        width = rows["actions"].shape[1]
+        dist = module.get_train_action_dist_cls().from_logits(logits[:, :width])
+        logp = dist.logp(torch.from_numpy(rows["actions"]).to(device)).float().cpu().numpy()
+    else:
+        values = module.compute_values(batch)  # (B, T')
+    values = values.float().cpu().numpy()
+    valid, row, step, end = rollout.valid, rows["row"], rows["step"], rows["end"]
+    values_tn = np.zeros((rollout.num_steps + 1, rollout.num_envs), np.float32)
+    values_tn[:-1][valid] = values[row[valid], step[valid]]
+    te, ne = np.nonzero(end)
+    values_tn[te + 1, ne] = values[row[te, ne], step[te, ne] + 1]
+    return values_tn, logp
+
+
+@torch.no_grad()
 def memo_rollout_batch(
     module: Any,
     rollouts: list[Rollout],
@@ -125,15 +172,14 @@ def memo_rollout_batch(
         rows = trial_rows(ro)
         seg = int(ro.extras.get(MEMO_SEG_LEN) or module.memo_cfg.l_seg)
         B, width = rows["mask"].shape
-        obs = torch.from_numpy(rows["obs"]).to(device)
-        seg_rows = torch.full((B,), seg, dtype=torch.long, device=device)
-        values = module.compute_values({Columns.OBS: obs, MEMO_SEG_LEN: seg_rows})  # (B, T')
-        values = values.float().cpu().numpy()
-        valid, row, step, end = ro.valid, rows["row"], rows["step"], rows["end"]
-        values_tn = np.zeros((ro.num_steps + 1, ro.num_envs), np.float32)  # (T + 1, N)
-        values_tn[:-1][valid] = values[row[valid], step[valid]]
-        te, ne = np.nonzero(end)
-        values_tn[te + 1, ne] = values[row[te, ne], step[te, ne] + 1]
+        values_tn, prox_logp = rollout_values(module, ro, rows, device)
+        # Decoupled PPO for a rollout acted behind: clip around the learner's own policy.
+        behaviour = np.ones((B, width), np.float32)
+        if prox_logp is not None:
+            mask = rows["mask"]
+            behaviour[mask] = np.exp(prox_logp[mask] - rows["logp"][mask])
+            rows["logp"] = np.where(mask, prox_logp, rows["logp"]).astype(np.float32)
+        valid, row, step = ro.valid, rows["row"], rows["step"]
         adv_tn, targets_tn = gae(
             torch.from_numpy(values_tn),
             as_tensor(ro.rewards),
@@ -147,7 +193,15 @@ def memo_rollout_batch(
         targets = np.zeros((B, width), np.float32)
         adv[row[valid], step[valid]] = adv_tn.numpy()[valid]
         targets[row[valid], step[valid]] = targets_tn.numpy()[valid]
-        parts.append({**rows, "adv": adv, "targets": targets, "seg": np.full(B, seg, np.int64)})
+        parts.append(
+            {
+                **rows,
+                "adv": adv,
+                "targets": targets,
+                "seg": np.full(B, seg, np.int64),
+                "behaviour": behaviour,
+            }
+        )
     width = max(p["mask"].shape[1] for p in parts)
 
     def cat(key: str) -> np.ndarray:
@@ -176,4 +230,6 @@ def memo_rollout_batch(
         Postprocessing.VALUE_TARGETS: targets,
         MEMO_SEG_LEN: cat("seg"),
     }
+    if any(ro.extras.get(ACTED_BEHIND) for ro in rollouts):
+        data[BEHAVIOUR_WEIGHTS] = cat("behaviour")
     return {k: torch.from_numpy(v).to(device) for k, v in data.items()}

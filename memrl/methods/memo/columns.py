@@ -17,3 +17,7 @@ VF_PREDS = "memo_vf_preds"
 MEMO_PREFIX_OBS = "memo_prefix_obs"
 """Bulk rollout extra: (N, P, *obs_shape) each env's trial observations before the rollout's first
 row (env n's first ``trial_t[0, n]`` entries), the context of rows that start mid-trial."""
+
+BEHAVIOUR_WEIGHTS = "memo_behaviour_weights"
+"""Learner column of a batch acted behind: pi_prox(a) / pi_behaviour(a) per step, the importance
+weight of decoupled PPO's surrogate (pi_prox: the learner's policy before the update)."""

@@ -41,7 +41,7 @@ from ray.rllib.core.learner.learner import ENTROPY_KEY, POLICY_LOSS_KEY, VF_LOSS
 from ray.rllib.evaluation.postprocessing import Postprocessing
 from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 
-from memrl.methods.memo.columns import VF_PREDS
+from memrl.methods.memo.columns import BEHAVIOUR_WEIGHTS, VF_PREDS
 from memrl.methods.ppo_math import approx_kl, clipped_surrogate_loss, masked_mean
 
 
@@ -114,6 +114,7 @@ class MemoPPOLearner(PPOTorchLearner):
             vf_clip=config.vf_clip_param,
             vf_coeff=config.vf_loss_coeff,
             entropy_coeff=self.entropy_coeff_schedulers_per_module[module_id].get_current_value(),
+            behaviour_weights=batch.get(BEHAVIOUR_WEIGHTS),
         )
         total, ratio = terms["total"], terms["ratio"]
         pg_loss, vf_loss, vf_err = terms["pg_loss"], terms["vf_loss"], terms["vf_err"]
@@ -178,15 +179,21 @@ def ppo_terms(
     vf_clip: float,
     vf_coeff: float,
     entropy_coeff: float,
+    behaviour_weights: torch.Tensor | None = None,
 ) -> dict[str, torch.Tensor]:
     """PPO's loss on (B, T) steps, averaged over the ``mask``ed ones.
 
-    ``values`` and ``targets`` are in the same (normalized) units. Returns ``total`` (the scalar
-    to minimize) and the per-step ``ratio``, ``pg_loss`` (the negated clipped surrogate),
-    ``vf_err`` (squared value error) and ``vf_loss`` (that error clipped at ``vf_clip``).
+    ``values`` and ``targets`` are in the same (normalized) units. ``behaviour_weights``
+    (decoupled PPO, for steps acted by older weights): ``behaviour_logp`` is then the learner's
+    own policy before the update, and each step's surrogate is weighted by pi_prox(a) /
+    pi_behaviour(a). Returns ``total`` (the scalar to minimize) and the per-step ``ratio``,
+    ``pg_loss`` (the negated clipped surrogate), ``vf_err`` (squared value error) and
+    ``vf_loss`` (that error clipped at ``vf_clip``).
     """
     ratio = torch.exp(logp - behaviour_logp)
     pg_loss = clipped_surrogate_loss(ratio, advantages, clip)
+    if behaviour_weights is not None:
+        pg_loss = pg_loss * behaviour_weights
     vf_err = (values - targets) ** 2
     vf_loss = vf_err.clamp(max=vf_clip)
     per_step = pg_loss + vf_coeff * vf_loss - entropy_coeff * entropy

@@ -322,6 +322,14 @@ class MemoRLModule(TorchRLModule, ValueFunctionAPI):
             VF_PREDS: self.value_preds(batch, features),
         }
 
+    def values_and_logits(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Values (B, T) in return units and action logits (B, T, A) of whole-trial rows from
+        one trunk pass, without layer-drop."""
+        seg, frozen = batch.get(MEMO_SEG_LEN), batch.get(MEMO_FROZEN_FEATURES)
+        features = self.features(batch[Columns.OBS], seg, False, frozen)
+        values = self.value_preds(batch, features, layer_drop=False)
+        return self.vf.denormalize(values), self.pi(features)
+
     def compute_values(
         self, batch: dict[str, Any], embeddings: Any = None, normalized: bool = False
     ) -> torch.Tensor:

@@ -15,7 +15,8 @@ from ray.rllib.evaluation.postprocessing import Postprocessing
 
 from memrl.methods.memo.bulk_learner import MemoBulkLearner, memo_rollout_batch, trial_rows
 from memrl.methods.memo.bulk_runner import MemoBulkEnvRunner
-from memrl.methods.memo.columns import MEMO_SEG_LEN
+from memrl.methods.memo.columns import BEHAVIOUR_WEIGHTS, MEMO_SEG_LEN
+from memrl.rollout.arrays import ACTED_BEHIND
 
 NUM_ENVS = 3
 STEPS = 60  # 20 rows per env: 30-step trials span rollouts
@@ -116,3 +117,41 @@ def test_new_weights_rebuild_only_the_caches_of_ongoing_trials(monkeypatch):
     assert not rollout.valid[0].any() and (rollout.trial_t[1] == 0).all()
     np.testing.assert_array_equal(keeper.lengths, rollout.trial_t[-1] + 1)
     runner.stop()
+
+
+def test_a_batch_acted_behind_is_clipped_around_the_learners_own_policy():
+    """Decoupled PPO's columns: the learner's own log-probs before the update in place of the
+    acting ones, and pi_prox / pi_behaviour per step; an on-time batch keeps the acting ones."""
+    config = bulk_config("bulk", TINY_MEMO, envs=3, steps=60, minibatch=30, seed=5)
+    runner = MemoBulkEnvRunner(config=config)
+    module = learner_for(config, runner).module[DEFAULT_MODULE_ID].unwrapped()
+    runner.sample(num_timesteps=60)  # the next rollout starts mid-trial
+    (rollout,) = runner.sample(num_timesteps=60)
+    runner.stop()
+    assert (rollout.trial_t[0] > 0).any()
+
+    def batch():
+        return memo_rollout_batch(
+            module, [rollout], gamma=0.99, lambda_=0.95, update_value_norm=False
+        )
+
+    on_time = batch()
+    assert BEHAVIOUR_WEIGHTS not in on_time
+    torch.manual_seed(0)
+    with torch.no_grad():  # the learner has moved on since these weights acted
+        for param in module.parameters():
+            param.add_(0.1 * torch.randn_like(param))
+    rollout.extras[ACTED_BEHIND] = True
+    behind = batch()
+    mask = behind[Columns.LOSS_MASK]
+    torch.testing.assert_close(behind[Columns.ACTIONS], on_time[Columns.ACTIONS])
+    acting = on_time[Columns.ACTION_LOGP][mask]
+    with torch.no_grad():
+        features = module.features(behind[Columns.OBS], behind[MEMO_SEG_LEN], False)
+        dist = module.get_train_action_dist_cls().from_logits(module.pi(features))
+        own = dist.logp(behind[Columns.ACTIONS])[mask]
+    assert (own - acting).abs().max() > 1e-2
+    torch.testing.assert_close(behind[Columns.ACTION_LOGP][mask], own, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        behind[BEHAVIOUR_WEIGHTS][mask], torch.exp(own - acting), rtol=1e-5, atol=1e-5
+    )

@@ -139,3 +139,25 @@ def test_gae_matches_hand_computed_values():
     a1 = d[1] + g * lam * a2
     a0 = d[0] + g * lam * a1
     assert gae(rewards, values, g, lam).tolist() == pytest.approx([a0, a1, a2], rel=1e-6)
+
+
+def test_behaviour_weights_scale_each_steps_surrogate():
+    """Decoupled PPO: the surrogate of each step times pi_prox / pi_behaviour, values and entropy
+    untouched."""
+    args = (
+        torch.tensor([[-0.5, -1.0]]),
+        torch.tensor([[-0.7, -0.8]]),
+        torch.tensor([[1.0, -2.0]]),
+        torch.tensor([[0.5, 1.0]]),
+        torch.tensor([[1.5, -2.0]]),
+        torch.tensor([[1.2, 0.8]]),
+        torch.ones(1, 2, dtype=torch.bool),
+    )
+    kw = dict(clip=0.2, vf_clip=4.0, vf_coeff=0.5, entropy_coeff=0.1)
+    plain = ppo_terms(*args, **kw)
+    weights = torch.tensor([[0.5, 3.0]])
+    weighted = ppo_terms(*args, **kw, behaviour_weights=weights)
+    torch.testing.assert_close(weighted["pg_loss"], plain["pg_loss"] * weights)
+    torch.testing.assert_close(weighted["vf_loss"], plain["vf_loss"])
+    shift = (weighted["pg_loss"] - plain["pg_loss"]).mean()
+    assert float(weighted["total"]) == pytest.approx(float(plain["total"] + shift), rel=1e-6)

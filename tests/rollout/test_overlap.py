@@ -1,0 +1,117 @@
+"""Overlapped sampling (``resources.overlap_sampling``): PPO trains on the batch sampled during
+the previous step while a thread samples the next one, on a real local Ray; Memo's learner trains
+such a batch with decoupled PPO."""
+
+from __future__ import annotations
+
+import pytest
+import ray
+from memrl_testing import TINY_MEMO, bulk_config
+from ray.rllib.core import DEFAULT_MODULE_ID
+from ray.rllib.utils.metrics import ENV_RUNNER_RESULTS, LEARNER_RESULTS, WEIGHTS_SEQ_NO
+
+from memrl.experiment.build import build_algorithm_config
+from memrl.experiment.config import parse_config
+from memrl.rollout.overlap import OverlappedPPO
+
+MLP = {"type": "mlp", "hiddens": [16]}
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def _algo(overlap: bool, **resources):
+    config = bulk_config(
+        "bulk",
+        TINY_MEMO,
+        envs=4,
+        steps=120,
+        minibatch=60,
+        seed=1,
+        overlap_sampling=overlap,
+        **resources,
+    )
+    return config.build_algo()
+
+
+def _lags(algo, iterations: int) -> list[int]:
+    """Per iteration: the learner's weight version after the update minus the version the
+    trained batch was acted with."""
+    out = []
+    for _ in range(iterations):
+        result = algo.train()
+        acted = result[ENV_RUNNER_RESULTS][WEIGHTS_SEQ_NO]
+        learned = result[LEARNER_RESULTS][DEFAULT_MODULE_ID][WEIGHTS_SEQ_NO]
+        out.append(int(learned - acted))
+    return out
+
+
+def test_each_batch_is_acted_one_weight_version_behind(local_ray):
+    serial, overlapped = _algo(False), _algo(True)
+    try:
+        assert not isinstance(serial, OverlappedPPO)
+        assert isinstance(overlapped, OverlappedPPO)
+        assert _lags(serial, 4) == [1, 1, 1, 1]
+        # The first batch is sampled on the spot; each later one during the update before.
+        assert _lags(overlapped, 4) == [1, 2, 2, 2]
+        result = overlapped.train()
+        assert result[ENV_RUNNER_RESULTS]["num_env_steps_sampled_lifetime"] >= 5 * 120
+        assert result[LEARNER_RESULTS]["__all_modules__"]["num_env_steps_trained_lifetime"] >= (
+            5 * 120
+        )
+    finally:
+        serial.stop()
+        overlapped.stop()
+
+
+def test_an_env_failure_in_the_sampling_thread_ends_the_step_with_its_error(local_ray):
+    config = bulk_config(
+        "bulk", TINY_MEMO, envs=4, steps=120, minibatch=60, seed=1, overlap_sampling=True
+    )
+    config.fault_tolerance(restart_failed_sub_environments=False)
+    algo = config.build_algo()
+    try:
+        algo.train()  # the next batch is being sampled in the thread from here on
+        env = algo.env_runner.env.env
+
+        def failing(actions):
+            raise RuntimeError("injected")
+
+        env.step = failing
+        with pytest.raises(RuntimeError, match="env step failed"):
+            algo.train()
+    finally:
+        algo.stop()
+
+
+def test_a_restore_drops_the_batch_sampled_ahead(local_ray, tmp_path):
+    algo = _algo(True)
+    try:
+        algo.train()
+        algo.save_to_path(str(tmp_path / "ckpt"))
+        algo.train()
+        assert algo._ahead is not None
+        algo.restore_from_path(str(tmp_path / "ckpt"))
+        assert algo._ahead is None
+        assert _lags(algo, 2) == [1, 2]
+    finally:
+        algo.stop()
+
+
+def test_overlap_refused_off_the_bulk_path():
+    with pytest.raises(ValueError, match="num_env_runners 0"):
+        parse_config({"resources": {"overlap_sampling": True, "num_env_runners": 1}})
+    with pytest.raises(ValueError, match="sampler"):
+        parse_config({"resources": {"overlap_sampling": True, "sampler": "episodes"}})
+    cartpole = parse_config(
+        {"env": {"id": "CartPole-v1"}, "model": MLP, "resources": {"overlap_sampling": True}}
+    )
+    with pytest.raises(ValueError, match="needs the bulk path.*no native vector form"):
+        build_algorithm_config(cartpole)
+    mlp = parse_config({"model": MLP, "resources": {"overlap_sampling": True}})
+    with pytest.raises(ValueError, match="Memo models only"):
+        build_algorithm_config(mlp)
