@@ -428,7 +428,7 @@ CATALOGUE: tuple[Breakage, ...] = (
     ),
     _memo(
         "memo-summary-positions",
-        "network.py",
+        "stepping.py",
         "cos, sin = self._rope(n + Lg, Ls, keys)",
         "cos, sin = self._rope(n, Ls, keys)",
         "summary slots sit after the segment at a segment's end",
@@ -439,7 +439,6 @@ CATALOGUE: tuple[Breakage, ...] = (
         "mem = mem[:, -cap * cfg.l_sum :]",
         "mem = mem[:, : cap * cfg.l_sum]",
         "streaming Memo evicts the oldest summary block",
-        nth=1,  # the training forward (the second is prefill's)
     ),
     _memo(
         "memo-kept-summary-keys-detached",
@@ -450,7 +449,7 @@ CATALOGUE: tuple[Breakage, ...] = (
     ),
     _memo(
         "memo-step-position",
-        "network.py",
+        "stepping.py",
         "pos = cache.t if fct else cache.n_sum + cache.seg_len  # (B,) host",
         "pos = cache.t if fct else cache.seg_len  # (B,) host",
         "a cached step's token sits after the summaries",

@@ -15,6 +15,7 @@ METHOD_ROLES: dict[str, str] = {
     "memo/layers.py": "network",
     "memo/cache.py": "network",
     "memo/network.py": "network",
+    "memo/stepping.py": "network",
     "memo/frozen_encoder.py": "network",
     "memo/value_head.py": "network",
     "memo/columns.py": "shared",

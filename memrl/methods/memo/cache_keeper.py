@@ -22,7 +22,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from memrl.methods.memo.network import MemoCache, MemoTransformer
+from memrl.methods.memo.cache import MemoCache
+from memrl.methods.memo.network import MemoTransformer
 
 logger = logging.getLogger(__name__)
 
