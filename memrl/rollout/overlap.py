@@ -14,9 +14,9 @@ acting and learning then use one each.
 
 Both threads hand Python's GIL back and forth: every torch call releases it, and by default a
 thread that wants it back waits up to Python's 5 ms switch interval while the other runs Python
-code, which made the learner ~35% slower than alone (Memo, 2 cores). During the overlap the
-interval is 0.1 ms (``SWITCH_INTERVAL_S``; restored after), and the learner runs near its solo
-speed.
+code, which made the learner a third slower than at a 0.1 ms interval (Memo, 2 cores). During
+the overlap the interval is 0.1 ms (``SWITCH_INTERVAL_S``; restored after), and the learner runs
+7-16% below its solo speed.
 
 Everything else is PPO's ``training_step``: the env runner's metrics for each batch (aggregated
 when it is trained on), the learner update with RLlib's timesteps, and the weight sync. A batch

@@ -136,16 +136,12 @@ def rollout_values(
     B = rows["mask"].shape[0]
     obs = torch.from_numpy(rows["obs"]).to(device)
     seg_rows = torch.full((B,), seg, dtype=torch.long, device=device)
-    batch = {Columns.OBS: obs, MEMO_SEG_LEN: seg_rows}
+    values, logits = module.values_and_logits({Columns.OBS: obs, MEMO_SEG_LEN: seg_rows})
     logp = None
     if rollout.extras.get(ACTED_BEHIND):
-        values, logits = module.values_and_logits(batch)  # (B, T'), (B, T', A)
-        width = rows["actions"].shape[1]
-        dist = module.get_train_action_dist_cls().from_logits(logits[:, :width])
+        dist = module.get_train_action_dist_cls().from_logits(logits)  # (B, T', A)
         logp = dist.logp(torch.from_numpy(rows["actions"]).to(device)).float().cpu().numpy()
-    else:
-        values = module.compute_values(batch)  # (B, T')
-    values = values.float().cpu().numpy()
+    values = values.float().cpu().numpy()  # (B, T')
     valid, row, step, end = rollout.valid, rows["row"], rows["step"], rows["end"]
     values_tn = np.zeros((rollout.num_steps + 1, rollout.num_envs), np.float32)
     values_tn[:-1][valid] = values[row[valid], step[valid]]
