@@ -52,7 +52,7 @@ class MemoBulkLearner(RolloutLearner, MemoPPOLearner):
             device=self._device,
         )
         env_steps = sum(len(r) for r in update.rollouts)
-        self._memo_first_minibatch = True
+        self._memo_start_update()
         return row_minibatches(
             {update.module_id: batch},
             update.minibatch_size or env_steps,

@@ -17,7 +17,8 @@ RLlib's PPO keys:
 - ``ratio_dev_pre_update`` / ``clip_frac_pre_update``: max |ratio - 1| and the clipped fraction on
   the first minibatch, before any gradient step (0 when acting and learning compute the same);
 - ``trunk_grad_norm_pi`` / ``trunk_grad_norm_vf``: the policy and value terms' gradient norms on
-  the shared trunk (encoder + transformer), first minibatch, one learner only;
+  the shared trunk (encoder + transformer), first minibatch, one learner only, every
+  ``grad_diagnostics_every`` updates (the model setting; two extra backward passes each time);
 - ``clip_frac``, ``approx_kl``, ``value_mean``, ``target_mean``, ``value_norm_std``.
 """
 
@@ -44,11 +45,24 @@ from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 from memrl.methods.memo.columns import BEHAVIOUR_WEIGHTS, VF_PREDS
 from memrl.methods.ppo_math import approx_kl, clipped_surrogate_loss, masked_mean
 
+GRAD_DIAGNOSTICS_EVERY = "memo_grad_diagnostics_every"
+"""learner_config_dict key: updates between two trunk gradient-norm logs (0: never)."""
+
 
 class MemoPPOLearner(PPOTorchLearner):
     """PPOTorchLearner whose minibatches are whole (B, T) trial rows; see the module docstring."""
 
     _memo_first_minibatch = False
+    _memo_grad_diagnostics = False
+    _memo_updates = 0
+
+    def _memo_start_update(self) -> None:
+        """Marks the next minibatch as an update's first, and decides whether this update logs
+        the trunk gradient norms (the first update, then every ``grad_diagnostics_every``)."""
+        every = int(self.config.learner_config_dict.get(GRAD_DIAGNOSTICS_EVERY, 1))
+        self._memo_first_minibatch = True
+        self._memo_grad_diagnostics = every > 0 and self._memo_updates % every == 0
+        self._memo_updates += 1
 
     def _create_iterator_if_necessary(
         self,
@@ -74,7 +88,7 @@ class MemoPPOLearner(PPOTorchLearner):
             rl_module=self.module, batch={}, episodes=episodes, shared_data={}, metrics=self.metrics
         )
         env_steps = sum(len(e) for e in episodes)
-        self._memo_first_minibatch = True
+        self._memo_start_update()
         return list(
             row_minibatches(
                 batch,
@@ -152,7 +166,7 @@ class MemoPPOLearner(PPOTorchLearner):
             self._memo_first_minibatch = False
             stats["ratio_dev_pre_update"] = (dev * mask).max().detach()
             stats["clip_frac_pre_update"] = stats["clip_frac"]
-            if module.critic == "shared" and not _distributed():
+            if self._memo_grad_diagnostics and module.critic == "shared" and not _distributed():
                 trunk = [*module.encoder.parameters(), *module.net.parameters()]
                 stats["trunk_grad_norm_pi"] = _grad_norm(mean(pg_loss), trunk)
                 stats["trunk_grad_norm_vf"] = _grad_norm(

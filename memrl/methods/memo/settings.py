@@ -49,6 +49,10 @@ class MemoModelSettings(MemoModuleConfig):
     """Env steps per env between updates within long trials (paper: 256 of 4096); each
     update's loss covers those steps, its context the trial so far (null: the resources'
     rollout_fragment_length)."""
+    grad_diagnostics_every: int = 10
+    """Updates between two logs of the trunk gradient-norm diagnostics (``trunk_grad_norm_pi``
+    / ``_vf``: two extra backward passes on the first minibatch, ~10% of an update); 1: every
+    update, 0: never. The first update always logs them (unless 0)."""
 
     def validate(self, where: str) -> None:
         if any(h < 1 for h in self.encoder_hiddens):
@@ -67,6 +71,11 @@ class MemoModelSettings(MemoModuleConfig):
         if not 0.0 <= self.value_norm_decay < 1.0:
             raise ValueError(
                 f"{where}.value_norm_decay must be in [0, 1), got {self.value_norm_decay}"
+            )
+        if self.grad_diagnostics_every < 0:
+            raise ValueError(
+                f"{where}.grad_diagnostics_every must be >= 0 (0: never), "
+                f"got {self.grad_diagnostics_every}"
             )
         for name in ("max_trial_len", "partial_update_steps"):
             value = getattr(self, name)
@@ -129,7 +138,7 @@ class MemoModelSettings(MemoModuleConfig):
 
         from memrl.methods.memo.batch import make_learner_connector
         from memrl.methods.memo.connectors import make_env_to_module
-        from memrl.methods.memo.learner import MemoPPOLearner
+        from memrl.methods.memo.learner import GRAD_DIAGNOSTICS_EVERY, MemoPPOLearner
 
         algo_config.rl_module(
             rl_module_spec=RLModuleSpec(
@@ -147,6 +156,7 @@ class MemoModelSettings(MemoModuleConfig):
                 make_learner_connector, gamma=algo_config.gamma, lambda_=algo_config.lambda_
             ),
             add_default_connectors_to_learner_pipeline=False,
+            learner_config_dict={GRAD_DIAGNOSTICS_EVERY: self.grad_diagnostics_every},
         )
         algo_config.learners(learner_class=MemoPPOLearner)
         from memrl.rollout.select import apply_bulk, use_bulk
