@@ -8,7 +8,8 @@ version and memrl's lean connectors on RLlib's episode path (``vector``) and on 
 at most), Memo rows (the model, envs per runner and PPO batch, minibatch and epochs of
 ``--memo-config``, ``configs/memo_key_door.yaml`` by default; 0 runners) on both paths
 (``memo``, ``memo-bulk``) and on the bulk path sampling the next batch while the learner trains
-(``memo-overlap``, ``resources.overlap_sampling``), plus comparison rows: RLlib's defaults
+(``memo-overlap``, ``resources.overlap_sampling``), and with one remote env runner beside the
+driver's learner (``memo`` and ``memo-overlap``), plus comparison rows: RLlib's defaults
 (gymnasium's SyncVectorEnv of single envs, action normalization, the default connectors) at 8
 envs (RLlib's default setting) and at ``--envs-per-runner`` envs, memrl's defaults with
 SyncVectorEnv stepping, and more envs per runner (``--more-envs``). The ceiling is the raw
@@ -303,8 +304,10 @@ def settings(args: argparse.Namespace) -> list[tuple[int, int, int, str]]:
     # The bulk path trains with one learner (remote or in the driver).
     out += [(0, n, envs, "bulk") for n in learners if n == 1]
     if args.memo_config:
-        modes = ("memo", "memo-bulk", "memo-overlap")
-        out += [(0, 0, memo_envs(args.memo_config), m) for m in modes]
+        # In the driver on either path, and one remote env runner beside the driver's learner.
+        envs = memo_envs(args.memo_config)
+        out += [(0, 0, envs, m) for m in ("memo", "memo-bulk", "memo-overlap")]
+        out += [(1, 0, envs, m) for m in ("memo", "memo-overlap")]
     return out
 
 

@@ -104,10 +104,10 @@ class ResourceSettings:
     most one learner); episodes: RLlib's per-env episode objects and learner connectors; auto:
     bulk where it applies and the env has a native vector form, else episodes."""
     overlap_sampling: bool = False
-    """Memo on the bulk path with num_env_runners 0: a background thread samples the next
-    batch while the learner trains on this one, so acting and learning can use a core each;
-    every batch is then acted one weight version behind the learner, which trains it with
-    decoupled PPO (docs/clusters.md)."""
+    """Memo on the bulk path: the env runners sample the next batch while the learner trains
+    on this one (remote runners in their own processes; with num_env_runners 0, a thread of the
+    driver), so acting and learning can use a core each; every batch is then acted one weight
+    version behind the learner, which trains it with decoupled PPO (docs/clusters.md)."""
     num_cpus_per_env_runner: float = 1.0
     """CPUs each env runner reserves."""
     num_gpus_per_env_runner: float = 0.0
@@ -139,11 +139,10 @@ class ResourceSettings:
             raise ValueError(
                 f"{where}.num_envs_per_env_runner must be >= 1, got {self.num_envs_per_env_runner}"
             )
-        if self.overlap_sampling and (self.num_env_runners or self.sampler == "episodes"):
+        if self.overlap_sampling and self.sampler == "episodes":
             raise ValueError(
-                f"{where}.overlap_sampling samples in the driver's own env runner on the bulk "
-                f"path: it needs num_env_runners 0 (got {self.num_env_runners}) and sampler "
-                f"'auto' or 'bulk' (got {self.sampler!r}); turn overlap_sampling off otherwise"
+                f"{where}.overlap_sampling runs on the bulk path: it needs sampler 'auto' or "
+                f"'bulk' (got {self.sampler!r}); turn overlap_sampling off otherwise"
             )
         frag = self.rollout_fragment_length
         if isinstance(frag, str) and frag != "auto" or isinstance(frag, int) and frag < 1:

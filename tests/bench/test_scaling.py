@@ -42,6 +42,8 @@ def test_default_settings_cover_runners_learners_and_the_old_defaults():
         (0, 0, 40, "memo"),
         (0, 0, 40, "memo-bulk"),
         (0, 0, 40, "memo-overlap"),
+        (1, 0, 40, "memo"),
+        (1, 0, 40, "memo-overlap"),
     ]
     assert scaling.settings(_args("--quick", "--learners", "", "--memo-config", "")) == [
         (0, 0, 256, "vector"),

@@ -1,8 +1,10 @@
 """Overlapped sampling (``resources.overlap_sampling``): PPO trains on the batch sampled during
-the previous step while a thread samples the next one, on a real local Ray; Memo's learner trains
-such a batch with decoupled PPO."""
+the previous step while a thread (or a remote env runner) samples the next one, on a real local
+Ray; Memo's learner trains such a batch with decoupled PPO."""
 
 from __future__ import annotations
+
+import os
 
 import pytest
 import ray
@@ -102,9 +104,48 @@ def test_a_restore_drops_the_batch_sampled_ahead(local_ray, tmp_path):
         algo.stop()
 
 
+def test_remote_runners_sample_the_next_batch_during_the_update(local_ray, tmp_path):
+    algo = _algo(True, num_env_runners=1)
+    try:
+        assert algo.env_runner_group.num_remote_workers() == 1
+        assert algo.env_runner_group.local_env_runner.env is None
+        assert _lags(algo, 4) == [1, 2, 2, 2]
+        algo.save_to_path(str(tmp_path / "ckpt"))
+        algo.train()
+        assert algo._remote_ahead == 1  # a sample request in flight
+        algo.restore_from_path(str(tmp_path / "ckpt"))
+        assert algo._remote_ahead == 0
+        assert _lags(algo, 2) == [1, 2]
+    finally:
+        algo.stop()
+
+
+def test_a_remote_runner_lost_while_sampling_ahead_is_replaced(local_ray):
+    algo = _algo(True, num_env_runners=1)
+    group = algo.env_runner_group
+    try:
+        algo.train()
+        (before,) = group.foreach_env_runner(lambda r: os.getpid(), local_env_runner=False)
+        # Queued behind the sample in flight: the runner's next sample kills its process.
+        group.foreach_env_runner(
+            lambda r: setattr(r.env.env, "step", lambda actions: os._exit(1)),
+            local_env_runner=False,
+        )
+        algo.train()  # trains the batch sampled before; the runner dies sampling the next
+        trained = []
+        for _ in range(4):
+            result = algo.train()
+            trained.append(result[LEARNER_RESULTS]["__all_modules__"]["num_env_steps_trained"])
+        assert result[ENV_RUNNER_RESULTS]["num_env_steps_sampled_lifetime"] >= 4 * 120
+        assert group.num_healthy_remote_workers() == 1
+        (after,) = group.foreach_env_runner(lambda r: os.getpid(), local_env_runner=False)
+        assert after != before  # a new runner process
+        assert trained[-1] >= 120, trained  # training goes on with the restarted runner
+    finally:
+        algo.stop()
+
+
 def test_overlap_refused_off_the_bulk_path():
-    with pytest.raises(ValueError, match="num_env_runners 0"):
-        parse_config({"resources": {"overlap_sampling": True, "num_env_runners": 1}})
     with pytest.raises(ValueError, match="sampler"):
         parse_config({"resources": {"overlap_sampling": True, "sampler": "episodes"}})
     cartpole = parse_config(
