@@ -23,6 +23,7 @@ import contextlib
 import copy
 import logging
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -41,18 +42,57 @@ SFT_REPORT_EVERY_S = 30.0
 """Seconds between the warm start's progress lines (it runs for minutes before iteration 1)."""
 
 
-def _libc_trim() -> Any:
-    """glibc's ``malloc_trim``, or None where the C library has none (macOS, musl)."""
+def _libc_function(name: str) -> Any:
+    """A function of glibc (``malloc_trim``, ``mallopt``), or None where the C library has none
+    (macOS, musl)."""
     import ctypes
     import ctypes.util
 
     try:
-        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+        return getattr(ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6"), name)
     except (OSError, AttributeError):
         return None
 
 
-_MALLOC_TRIM = _libc_trim()
+_MALLOC_TRIM = _libc_function("malloc_trim")
+_MALLOPT = _libc_function("mallopt")
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+"""glibc's mallopt parameters: the free heap top kept before it is trimmed, and the size from
+which a block gets its own mmap."""
+UPDATE_MMAP_THRESHOLD_BYTES = 64 * 1024
+"""Blocks of this size or more get their own mmap during a CPU learner update."""
+AFTER_MMAP_THRESHOLD_BYTES, AFTER_TRIM_THRESHOLD_BYTES = 32 * 2**20, 64 * 2**20
+"""The thresholds after it: glibc's dynamic ones at their largest."""
+
+
+def fix_mmap_threshold(size: int = UPDATE_MMAP_THRESHOLD_BYTES) -> bool:
+    """Makes glibc serve every block of ``size`` bytes or more by its own mmap, handed back to
+    the system when freed; returns whether it could (glibc only). Process-wide, until set again.
+    """
+    return _MALLOPT is not None and _MALLOPT(M_MMAP_THRESHOLD, size) == 1
+
+
+@contextlib.contextmanager
+def big_blocks_mapped(device: torch.device) -> Iterator[None]:
+    """Within it (a CPU learner update), blocks of 64 KiB or more get their own mmap.
+
+    By default glibc raises its mmap threshold each time such a block is freed (up to 32 MB),
+    and from then on tensors below it come from the heap, where freed blocks stay resident and a
+    later tensor of another size may not fit them: an update that accumulates over micro-batches
+    grew its peak memory with every one (8 rows 1.1-1.4x one row, ``memrl bench mem1-memory``);
+    with the threshold fixed it stays flat. Generation, though, allocates and frees blocks of
+    that size at every token, and mapping each costs it about a third of its speed, so after the
+    update the thresholds go to the largest values glibc's dynamic ones reach. No-op on GPUs and
+    without glibc.
+    """
+    if device.type != "cpu" or not fix_mmap_threshold():
+        yield
+        return
+    try:
+        yield
+    finally:
+        fix_mmap_threshold(AFTER_MMAP_THRESHOLD_BYTES)
+        _MALLOPT(M_TRIM_THRESHOLD, AFTER_TRIM_THRESHOLD_BYTES)
 
 
 def release_free_heap(device: torch.device) -> None:
@@ -305,6 +345,12 @@ class TokenLearner(TorchLearner):
         return loss
 
     def _update(self, batch: dict[str, Any]) -> tuple[Any, Any, Any]:
+        """One optimizer step on this learner's minibatch shard, in micro-batches (big CPU
+        blocks mapped: ``big_blocks_mapped``)."""
+        with big_blocks_mapped(self._device):
+            return self._update_in_micro_batches(batch)
+
+    def _update_in_micro_batches(self, batch: dict[str, Any]) -> tuple[Any, Any, Any]:
         """One optimizer step on this learner's minibatch shard, in micro-batches.
 
         Each micro-batch's loss is weighted by L x (its shard's loss tokens) / (the minibatch's

@@ -298,3 +298,52 @@ def test_lr_warm_up_ramps_the_actor_lr_and_resumes_from_a_restored_state(make_le
     for _ in range(2):
         restored.update(batch=batch)
         assert optim.param_groups[0]["lr"] == pytest.approx(1e-3)
+
+
+_MMAP_PROBE = """
+import contextlib, ctypes, ctypes.util, sys
+import torch
+from memrl.methods.mem1.learner import big_blocks_mapped
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+        "fordblks", "keepcost")]
+libc = ctypes.CDLL(ctypes.util.find_library("c"))
+libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+libc.free.argtypes = [ctypes.c_void_p]
+libc.mallinfo2.restype = MallInfo2
+def mapped_kib():
+    libc.free(libc.malloc(16 << 20))  # freed, it raises glibc's default mmap threshold to 16 MB
+    before = libc.mallinfo2().hblkhd
+    block = libc.malloc(1 << 20)
+    mapped = (libc.mallinfo2().hblkhd - before) >> 10  # KiB mapped for the 1 MB block
+    libc.free(block)
+    return mapped
+where = sys.argv[1]
+scope = big_blocks_mapped(torch.device(where.split(",")[1])) if "," in where else None
+with scope or contextlib.nullcontext():
+    inside = mapped_kib()
+print(inside, mapped_kib())
+"""
+
+
+def test_big_blocks_are_mapped_during_a_cpu_update_only():
+    """With glibc's default, a 1 MB block asked for after a 16 MB one was freed comes from the
+    heap (the threshold rose to 16 MB), where it stays resident when freed. Within
+    ``big_blocks_mapped`` (a CPU learner update) it gets its own mmap, handed back to the
+    system when freed; after it, blocks below 32 MB come from the heap again (generation's
+    speed); on a GPU nothing changes."""
+    import subprocess
+    import sys
+
+    def mapped_kib(where: str) -> tuple[int, int]:
+        out = subprocess.run(
+            [sys.executable, "-c", _MMAP_PROBE, where], capture_output=True, text=True, check=True
+        )
+        inside, after = out.stdout.strip().splitlines()[-1].split()
+        return int(inside), int(after)
+
+    assert mapped_kib("default") == (0, 0)
+    inside, after = mapped_kib("update,cpu")
+    assert inside >= 1024 and after == 0
+    assert mapped_kib("update,meta") == (0, 0)  # not a CPU learner: glibc's default kept
