@@ -19,7 +19,7 @@ learner: every torch call releases it, and by default a thread that wants it bac
 Python's 5 ms switch interval while the other runs Python code, which made the learner a third
 slower than at a 0.1 ms interval (Memo, 2 cores). During the overlap the interval is 0.1 ms
 (``SWITCH_INTERVAL_S``; restored after); the learner still runs 10-30% below its solo speed,
-against a few percent beside a remote runner (``memrl bench scaling``, docs/clusters.md).
+against 0-13% beside a remote runner (``memrl bench scaling``, docs/clusters.md).
 
 Everything else is PPO's ``training_step``: the env runners' metrics for each batch (aggregated
 when it is trained on), the learner update with RLlib's timesteps, and the weight sync. A batch
