@@ -52,7 +52,7 @@ class LoRASettings:
 DEFAULT_LOGP_CHUNK_TOKENS = 256
 """Positions whose logits are computed together by default: at Qwen2.5's 151,936-token
 vocabulary one chunk's float32 logits are 156 MB (an update on a 4096-token row then peaks at
-0.17x the memory of full logits; memrl bench mem1-memory)."""
+0.13x the memory of full logits on a CPU; memrl bench mem1-memory)."""
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
