@@ -70,6 +70,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="experiment YAML whose Memo model, envs per runner and PPO batch settings the Memo "
         "rows use ('': none)",
     )
+    parser.add_argument(
+        "--memo-compile",
+        action="store_true",
+        help="Memo rows with model.compile_learner (torch.compile of the learner's transformer "
+        "forward, both paths; 3 warm-up iterations instead of 1 absorb the compiling)",
+    )
     parser.add_argument("--train-batch", type=int, default=4000, help="env steps per iteration")
     parser.add_argument("--minibatch", type=int, default=1000, help="SGD minibatch size")
     parser.add_argument("--epochs", type=int, default=4, help="passes over each train batch")
@@ -142,6 +148,7 @@ def experiment(
     model = {"type": "mlp", "hiddens": [64, 64], "lean_connectors": not rllib}
     if mode.startswith("memo"):
         model, ppo = memo_model(args.memo_config)
+        model["compile_learner"] = bool(getattr(args, "memo_compile", False))
         per_learner, minibatch, epochs = ppo.train_batch_size, ppo.minibatch_size, ppo.num_epochs
         mode = "vector"
     return {
@@ -237,9 +244,9 @@ def _sample_round(algo: Any, steps: int) -> tuple[float, float]:
     return done / max(r[1] for r in results), done / max(sum(r[2] for r in results), 1e-9)
 
 
-def measure(config: dict[str, Any], iters: int, logdir: Path) -> dict[str, float]:
-    """Builds the algorithm, runs one warm-up iteration, then times ``iters`` iterations and one
-    sampling-only round of a train batch."""
+def measure(config: dict[str, Any], iters: int, logdir: Path, warmup: int = 1) -> dict[str, float]:
+    """Builds the algorithm, runs ``warmup`` warm-up iterations, then times ``iters`` iterations
+    and one sampling-only round of a train batch."""
     from memrl.experiment.build import build_algorithm_config
     from memrl.experiment.checkpoints import build_algo
     from memrl.experiment.config import parse_config
@@ -259,7 +266,8 @@ def measure(config: dict[str, Any], iters: int, logdir: Path) -> dict[str, float
 
     algo.learner_group.update = timed_update
     try:
-        result = flatten(algo.train())
+        for _ in range(warmup):
+            result = flatten(algo.train())
         pids = _pids(algo)
         steps0 = result["env_runners/num_env_steps_sampled_lifetime"]
         spent.clear()
@@ -332,7 +340,8 @@ def run(args: argparse.Namespace) -> int:
         for runners, learners, envs, mode in todo:
             label = f"{runners} runners, {learners} learners, {envs} envs, {mode}"
             config = experiment(runners, learners, envs, args, mode)
-            figures = measure(config, args.iters, Path(tmp))
+            compiled = bool(config["model"].get("compile_learner"))
+            figures = measure(config, args.iters, Path(tmp), warmup=3 if compiled else 1)
             raws.append(raw_env_speed(args.raw_steps))
             raw_wall = (raws[-2][0] + raws[-1][0]) / 2
             rows.append(

@@ -359,3 +359,49 @@ def test_trains_through_rllib_on_the_corridor(tmp_path):
         algo.stop()
     finally:
         ray.shutdown()
+
+
+def _cxx() -> str | None:
+    import os
+    import shutil
+
+    return shutil.which(os.environ.get("CXX", "g++")) or shutil.which("c++")
+
+
+@pytest.mark.skipif(
+    _cxx() is None,
+    reason="compile_learner needs a C++ compiler on CPUs (torch.compile's inductor); none found",
+)
+def test_compile_learner_trains_like_eager_and_keeps_the_state_dict():
+    from memrl.methods.memo.columns import VF_PREDS
+
+    eager, compiled = (
+        _module(0, critic="separate"),
+        _module(1, critic="separate", compile_learner=True),
+    )
+    compiled.load_state_dict(eager.state_dict())
+    assert compiled.state_dict().keys() == eager.state_dict().keys()
+    runner = MemoRLModule(
+        observation_space=OBS,
+        action_space=ACT,
+        inference_only=True,
+        model_config={**CONFIG, "compile_learner": True},
+    )
+    assert runner._compiled is None  # env runners act eagerly
+    obs = torch.randn(3, 11, OBS.shape[0])
+    outs, grads = [], []
+    for module in (eager, compiled):
+        out = module.forward_train({Columns.OBS: obs})
+        loss = out[Columns.ACTION_DIST_INPUTS].square().mean() + out[VF_PREDS].square().mean()
+        # The learner's diagnostics: a gradient that keeps the graph, before the loss backward.
+        torch.autograd.grad(loss, list(module.net.parameters()), retain_graph=True)
+        loss.backward()
+        outs.append(out)
+        grads.append({n: p.grad for n, p in module.named_parameters() if p.grad is not None})
+    # Both trunks (policy and separate critic) ran compiled, and compute what eager does.
+    assert len(compiled._compiled) == 2
+    for key in (Columns.ACTION_DIST_INPUTS, VF_PREDS):
+        torch.testing.assert_close(outs[1][key], outs[0][key], rtol=1e-5, atol=1e-6)
+    assert grads[0].keys() == grads[1].keys()
+    for name, grad in grads[0].items():
+        torch.testing.assert_close(grads[1][name], grad, rtol=1e-4, atol=1e-6)
