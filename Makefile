@@ -29,13 +29,15 @@ $(MODEL)/memrl_model.json: | $(STAMP)
 
 model: $(MODEL)/memrl_model.json
 
-# Debian's chromium + chromedriver for the browser tests (needs root; skipped when present).
+# Debian's chromium + chromedriver for the browser tests, and g++ for torch.compile's CPU
+# kernels (Memo's model.compile_learner); needs root, skipped when present.
 browser:
-	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; \
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null \
+		&& command -v g++ >/dev/null; then :; \
 	elif [ "$$(id -u)" = 0 ]; then \
-		apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null; \
+		apt-get update -qq && apt-get install -y -qq chromium chromium-driver g++ >/dev/null; \
 	else \
-		echo "chromium/chromedriver missing: run 'sudo apt-get install -y chromium chromium-driver'"; \
+		echo "chromium/chromedriver/g++ missing: run 'sudo apt-get install -y chromium chromium-driver g++'"; \
 		exit 1; \
 	fi
 

@@ -148,7 +148,7 @@ def experiment(
     model = {"type": "mlp", "hiddens": [64, 64], "lean_connectors": not rllib}
     if mode.startswith("memo"):
         model, ppo = memo_model(args.memo_config)
-        model["compile_learner"] = bool(getattr(args, "memo_compile", False))
+        model["compile_learner"] = args.memo_compile
         per_learner, minibatch, epochs = ppo.train_batch_size, ppo.minibatch_size, ppo.num_epochs
         mode = "vector"
     return {

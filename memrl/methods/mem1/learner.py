@@ -65,7 +65,7 @@ AFTER_MMAP_THRESHOLD_BYTES, AFTER_TRIM_THRESHOLD_BYTES = 32 * 2**20, 64 * 2**20
 """The thresholds after it: glibc's dynamic ones at their largest."""
 
 
-def fix_mmap_threshold(size: int = UPDATE_MMAP_THRESHOLD_BYTES) -> bool:
+def _set_mmap_threshold(size: int) -> bool:
     """Makes glibc serve every block of ``size`` bytes or more by its own mmap, handed back to
     the system when freed; returns whether it could (glibc only). Process-wide, until set again.
     """
@@ -85,13 +85,13 @@ def big_blocks_mapped(device: torch.device) -> Iterator[None]:
     update the thresholds go to the largest values glibc's dynamic ones reach. No-op on GPUs and
     without glibc.
     """
-    if device.type != "cpu" or not fix_mmap_threshold():
+    if device.type != "cpu" or not _set_mmap_threshold(UPDATE_MMAP_THRESHOLD_BYTES):
         yield
         return
     try:
         yield
     finally:
-        fix_mmap_threshold(AFTER_MMAP_THRESHOLD_BYTES)
+        _set_mmap_threshold(AFTER_MMAP_THRESHOLD_BYTES)
         _MALLOPT(M_TRIM_THRESHOLD, AFTER_TRIM_THRESHOLD_BYTES)
 
 

@@ -95,10 +95,10 @@ class MemoModuleConfig(MemoConfig):
     image_shape: list[int] | None = None
     """(H, W, C) of the image part, row-major channels-last."""
     compile_learner: bool = False
-    """torch.compile the transformer's training forward on learners (not on env runners): its
-    forward and backward ~1.3x faster on a CPU for configs/memo_key_door.yaml, after about a
-    minute of compiling per learner process (a C++ compiler is needed on CPUs); results equal
-    eager ones to float rounding, not bit for bit."""
+    """torch.compile the transformer's training forward on learners (not on env runners): a
+    faster learner after about a minute of compiling per learner process (a C++ compiler is
+    needed on CPUs; ``memrl bench scaling --memo-compile``); results equal eager ones to float
+    rounding, not bit for bit."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -183,10 +183,13 @@ class MemoRLModule(TorchRLModule, ValueFunctionAPI):
             decay=float(cfg.value_norm_decay),
         )
         self._keeper: MemoCacheKeeper | None = None
-        # Compiled trunks by id (a plain dict: not submodules, so the state dict is unchanged).
-        self._compiled: dict[int, Any] | None = None
+        # Compiled trunks by ``critic`` (torch.compile compiles on first call); a plain dict, not
+        # submodules, so the state dict is unchanged.
+        self._compiled: dict[bool, Any] | None = None
         if cfg.compile_learner and not self.inference_only:
-            self._compiled = {}
+            self._compiled = {False: torch.compile(self.net)}
+            if self.critic == "separate":
+                self._compiled[True] = torch.compile(self.critic_net)
             # The learner's gradient diagnostics take a backward pass that keeps the graph
             # (retain_graph), which compiled backwards refuse while they donate their buffers.
             import torch._functorch.config as functorch_config
@@ -297,9 +300,7 @@ class MemoRLModule(TorchRLModule, ValueFunctionAPI):
         encoder = self.critic_encoder if critic else self.encoder
         net = self.critic_net if critic else self.net
         if self._compiled is not None:
-            if id(net) not in self._compiled:
-                self._compiled[id(net)] = torch.compile(net)
-            net = self._compiled[id(net)]
+            net = self._compiled[critic]
         tokens = encoder(self.memo_inputs(obs, frozen))  # (B, T, d_model)
         if not isinstance(seg_len, torch.Tensor):
             return net(tokens, seg_len=seg_len, layer_drop=layer_drop)

@@ -398,7 +398,7 @@ def test_compile_learner_trains_like_eager_and_keeps_the_state_dict():
         loss.backward()
         outs.append(out)
         grads.append({n: p.grad for n, p in module.named_parameters() if p.grad is not None})
-    # Both trunks (policy and separate critic) ran compiled, and compute what eager does.
+    # Both trunks (policy and separate critic) are compiled, and compute what eager does.
     assert len(compiled._compiled) == 2
     for key in (Columns.ACTION_DIST_INPUTS, VF_PREDS):
         torch.testing.assert_close(outs[1][key], outs[0][key], rtol=1e-5, atol=1e-6)
