@@ -76,6 +76,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="Memo rows with model.compile_learner (torch.compile of the learner's transformer "
         "forward, both paths; 3 warm-up iterations instead of 1 absorb the compiling)",
     )
+    parser.add_argument(
+        "--memo-precision",
+        choices=("float32", "bfloat16"),
+        default=None,
+        help="Memo rows with this model.learner_precision (both paths; default: the "
+        "--memo-config's)",
+    )
     parser.add_argument("--train-batch", type=int, default=4000, help="env steps per iteration")
     parser.add_argument("--minibatch", type=int, default=1000, help="SGD minibatch size")
     parser.add_argument("--epochs", type=int, default=4, help="passes over each train batch")
@@ -149,6 +156,8 @@ def experiment(
     if mode.startswith("memo"):
         model, ppo = memo_model(args.memo_config)
         model["compile_learner"] = args.memo_compile
+        if args.memo_precision:
+            model["learner_precision"] = args.memo_precision
         per_learner, minibatch, epochs = ppo.train_batch_size, ppo.minibatch_size, ppo.num_epochs
         mode = "vector"
     return {
@@ -174,6 +183,18 @@ def experiment(
             "overlap_sampling": overlap,
         },
     }
+
+
+def _memo_title(args: argparse.Namespace) -> str:
+    """How the Memo rows ran, for the table's title."""
+    if not args.memo_config:
+        return "no Memo rows"
+    how = [args.memo_config]
+    if args.memo_compile:
+        how.append("compile_learner")
+    if args.memo_precision:
+        how.append(f"learner_precision {args.memo_precision}")
+    return "Memo: " + ", ".join(how)
 
 
 def memo_model(path: str) -> tuple[dict[str, Any], Any]:
@@ -398,8 +419,9 @@ def run(args: argparse.Namespace) -> int:
         rows,
         args.output,
         as_json=args.json,
-        title=f"Scaling on Dark-Key-To-Door (MLP and Memo, PPO, batch {args.train_batch}, "
-        f"{args.epochs} epochs of minibatch {args.minibatch}; {cores} CPU cores)",
+        title=f"Scaling on Dark-Key-To-Door (MLP: PPO, batch {args.train_batch}, "
+        f"{args.epochs} epochs of minibatch {args.minibatch}; {_memo_title(args)}; "
+        f"{cores} CPU cores)",
         plots=[
             Plot(x="setting", y="pipeline_steps_per_s", kind="bar", title="whole loop, steps/s"),
             Plot(

@@ -36,6 +36,7 @@ from memrl.methods.memo.layers import (
     attend,
     causal_mask,
     rotate,
+    self_attend,
     visible_mask,
 )
 from memrl.methods.memo.stepping import MemoStepping
@@ -151,9 +152,9 @@ class MemoTransformer(MemoStepping, nn.Module):
             if prefix is not None:
                 pk, pv = prefix[kept]
                 keys, values = torch.cat([pk, k], dim=2), torch.cat([pv, v], dim=2)
-                y = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
+                y = self_attend(q, keys, values, mask)
             elif where is None:
-                y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
+                y = self_attend(q, k, v, mask, causal)
             else:
                 keys, values = where.write(kv[i], k, v)
                 y = attend(q, keys, values, where.mask)

@@ -56,6 +56,7 @@ from memrl.methods.memo.network import MemoConfig, MemoTransformer
 from memrl.methods.memo.value_head import PopArtHead
 
 CRITICS = ("shared", "detached", "separate")
+PRECISIONS = ("float32", "bfloat16")
 
 
 @dataclass(frozen=True)
@@ -100,10 +101,21 @@ class MemoModuleConfig(MemoConfig):
     needed on CPUs; ``memrl bench scaling --memo-compile``); results equal eager ones to float
     rounding, not bit for bit."""
 
+    learner_precision: Literal["float32", "bfloat16"] = "float32"
+    """The learner's transformer matmuls: float32, or bfloat16 under autocast (weights, the
+    optimizer, the heads and, on CPUs, attention stay float32). Env runners act in float32.
+    bfloat16 pays where the hardware multiplies it natively (recent GPUs; CPUs with AVX512-BF16
+    or AMX: ``memrl bench scaling --memo-precision bfloat16``); elsewhere it is slower."""
+
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.critic not in CRITICS:
             raise ValueError(f"critic must be one of {list(CRITICS)}, got {self.critic!r}")
+        if self.learner_precision not in PRECISIONS:
+            raise ValueError(
+                f"learner_precision must be one of {list(PRECISIONS)}, "
+                f"got {self.learner_precision!r}"
+            )
 
     @classmethod
     def from_model_config(cls, model_config: dict[str, Any] | None) -> MemoModuleConfig:
@@ -195,6 +207,12 @@ class MemoRLModule(TorchRLModule, ValueFunctionAPI):
             import torch._functorch.config as functorch_config
 
             functorch_config.donated_buffer = False
+        # bfloat16 autocast of the learner's trunk passes (None: float32).
+        self._autocast = (
+            torch.bfloat16
+            if cfg.learner_precision == "bfloat16" and not self.inference_only
+            else None
+        )
         self._seg_rng = random.Random(int(cfg.seg_seed))
         self._acting_seg = self.draw_seg_len(self._seg_rng)
         if self.inference_only:
@@ -302,6 +320,19 @@ class MemoRLModule(TorchRLModule, ValueFunctionAPI):
         if self._compiled is not None:
             net = self._compiled[critic]
         tokens = encoder(self.memo_inputs(obs, frozen))  # (B, T, d_model)
+        if self._autocast is not None:
+            with torch.autocast(tokens.device.type, dtype=self._autocast):
+                return self._trunk(net, tokens, seg_len, layer_drop).float()
+        return self._trunk(net, tokens, seg_len, layer_drop)
+
+    @staticmethod
+    def _trunk(
+        net: Any,
+        tokens: torch.Tensor,
+        seg_len: int | torch.Tensor | None,
+        layer_drop: bool | None,
+    ) -> torch.Tensor:
+        """``net`` over (B, T, d_model) tokens, one call per segment length in ``seg_len``."""
         if not isinstance(seg_len, torch.Tensor):
             return net(tokens, seg_len=seg_len, layer_drop=layer_drop)
         lengths = seg_len.cpu()
@@ -310,7 +341,8 @@ class MemoRLModule(TorchRLModule, ValueFunctionAPI):
         out = torch.zeros_like(tokens)
         for length in lengths.unique().tolist():
             rows = (lengths == length).nonzero().flatten().to(tokens.device)
-            out = out.index_copy(0, rows, net(tokens[rows], seg_len=length, layer_drop=layer_drop))
+            part = net(tokens[rows], seg_len=length, layer_drop=layer_drop)
+            out = out.index_copy(0, rows, part.to(out.dtype))
         return out
 
     def value_preds(

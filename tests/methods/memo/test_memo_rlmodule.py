@@ -298,6 +298,8 @@ def test_settings_validate_and_reject_unknown_keys():
         parse_config({"model": {"type": "memo", "l_seq": 8}})
     with pytest.raises(ValueError, match="grad_diagnostics_every must be >= 0"):
         parse_config({"model": {"type": "memo", "grad_diagnostics_every": -1}})
+    with pytest.raises(ValueError, match="learner_precision must be one of"):
+        parse_config({"model": {"type": "memo", "learner_precision": "float16"}})
 
 
 @pytest.mark.slow
@@ -405,3 +407,61 @@ def test_compile_learner_trains_like_eager_and_keeps_the_state_dict():
     assert grads[0].keys() == grads[1].keys()
     for name, grad in grads[0].items():
         torch.testing.assert_close(grads[1][name], grad, rtol=1e-4, atol=1e-6)
+
+
+def test_bfloat16_learner_trains_near_float32_and_acts_in_float32():
+    from memrl.methods.memo.columns import VF_PREDS
+
+    full, half = _module(0, critic="separate"), _module(1, critic="separate", **BF16)
+    half.load_state_dict(full.state_dict())
+    assert half.state_dict().keys() == full.state_dict().keys()
+    obs = torch.randn(3, 11, OBS.shape[0])
+    outs, grads = [], []
+    for module in (full, half):
+        out = module.forward_train({Columns.OBS: obs})
+        loss = out[Columns.ACTION_DIST_INPUTS].square().mean() + out[VF_PREDS].square().mean()
+        loss.backward()
+        outs.append(out)
+        grads.append(
+            torch.cat([p.grad.flatten() for p in module.parameters() if p.grad is not None])
+        )
+    for key in (Columns.ACTION_DIST_INPUTS, VF_PREDS):
+        # The heads read float32 features; the trunk's matmuls ran in bfloat16 (8-bit mantissa):
+        # close to float32, and not equal to it.
+        assert outs[1][key].dtype == torch.float32
+        err = (outs[1][key] - outs[0][key]).abs().max()
+        assert 0 < err < 0.05 * outs[0][key].abs().max()
+    assert all(p.dtype == torch.float32 for p in half.parameters())
+    cosine = torch.nn.functional.cosine_similarity(grads[0], grads[1], dim=0)
+    assert cosine > 0.99
+    # The values pass (GAE, decoupled PPO's logits) runs like the loss pass.
+    values, logits = half.values_and_logits({Columns.OBS: obs})
+    torch.testing.assert_close(logits, outs[1][Columns.ACTION_DIST_INPUTS])
+
+    # An env runner's module acts in float32: exactly what a float32 module acts.
+    runners = [
+        MemoRLModule(observation_space=OBS, action_space=ACT, inference_only=True, model_config=c)
+        for c in (CONFIG, {**CONFIG, **BF16})
+    ]
+    for runner in runners:
+        runner.set_state(full.get_state(inference_only=True))
+    step = torch.randn(2, OBS.shape[0]).numpy()
+    torch.testing.assert_close(
+        _act(runners[1], step, [0, 0]), _act(runners[0], step, [0, 0]), rtol=0, atol=0
+    )
+
+
+BF16 = {"learner_precision": "bfloat16"}
+
+
+def test_attention_runs_in_float32_under_cpu_autocast():
+    from memrl.methods.memo.layers import self_attend
+
+    q, k, v = (torch.randn(2, 2, 6, 8, requires_grad=True) for _ in range(3))
+    want = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = self_attend(q.bfloat16(), k.bfloat16(), v.bfloat16(), causal=True)
+    assert got.dtype == torch.float32  # CPU's bfloat16 attention backward is ~10x slower
+    torch.testing.assert_close(got, want, rtol=0.02, atol=0.02)
+    got.sum().backward()
+    assert q.grad is not None and q.grad.dtype == torch.float32
