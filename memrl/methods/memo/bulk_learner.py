@@ -52,15 +52,18 @@ class MemoBulkLearner(RolloutLearner, MemoPPOLearner):
             device=self._device,
         )
         env_steps = sum(len(r) for r in update.rollouts)
-        self._memo_start_update()
-        return row_minibatches(
-            {update.module_id: batch},
-            update.minibatch_size or env_steps,
-            update.num_epochs,
-            env_steps,
-            seed=int(self._weights_seq_no),
-            same_count=_distributed(),
+        minibatches = list(
+            row_minibatches(
+                {update.module_id: batch},
+                update.minibatch_size or env_steps,
+                update.num_epochs,
+                env_steps,
+                seed=int(self._weights_seq_no),
+                same_count=_distributed(),
+            )
         )
+        self._memo_start_update(len(minibatches))
+        return minibatches
 
 
 def trial_rows(rollout: Rollout) -> dict[str, Any]:

@@ -20,6 +20,10 @@ RLlib's PPO keys:
   the shared trunk (encoder + transformer), first minibatch, one learner only, every
   ``grad_diagnostics_every`` updates (the model setting; two extra backward passes each time);
 - ``clip_frac``, ``approx_kl``, ``value_mean``, ``target_mean``, ``value_norm_std``.
+
+As for RLlib's PPO keys, the logged value is the update's last minibatch's (RLlib keeps the last
+of window-1 values), so these are computed on the last minibatch only (and the first, for the
+pre-update ones). Adam runs torch's fused kernel (``FusedAdam``).
 """
 
 from __future__ import annotations
@@ -44,23 +48,27 @@ from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 
 from memrl.methods.memo.columns import BEHAVIOUR_WEIGHTS, VF_PREDS
 from memrl.methods.ppo_math import approx_kl, clipped_surrogate_loss, masked_mean
+from memrl.rollout.learner import FusedAdam
 
 GRAD_DIAGNOSTICS_EVERY = "memo_grad_diagnostics_every"
 """learner_config_dict key: updates between two trunk gradient-norm logs (0: never)."""
 
 
-class MemoPPOLearner(PPOTorchLearner):
+class MemoPPOLearner(FusedAdam, PPOTorchLearner):
     """PPOTorchLearner whose minibatches are whole (B, T) trial rows; see the module docstring."""
 
     _memo_first_minibatch = False
+    _memo_minibatches_left = 0
     _memo_grad_diagnostics = False
     _memo_updates = 0
 
-    def _memo_start_update(self) -> None:
-        """Marks the next minibatch as an update's first, and decides whether this update logs
-        the trunk gradient norms (the first update, then every ``grad_diagnostics_every``)."""
+    def _memo_start_update(self, minibatches: int) -> None:
+        """Marks the next minibatch as an update's first and the ``minibatches``-th as its last,
+        and decides whether this update logs the trunk gradient norms (the first update, then
+        every ``grad_diagnostics_every``)."""
         every = int(self.config.learner_config_dict.get(GRAD_DIAGNOSTICS_EVERY, 1))
         self._memo_first_minibatch = True
+        self._memo_minibatches_left = minibatches
         self._memo_grad_diagnostics = every > 0 and self._memo_updates % every == 0
         self._memo_updates += 1
 
@@ -88,8 +96,7 @@ class MemoPPOLearner(PPOTorchLearner):
             rl_module=self.module, batch={}, episodes=episodes, shared_data={}, metrics=self.metrics
         )
         env_steps = sum(len(e) for e in episodes)
-        self._memo_start_update()
-        return list(
+        minibatches = list(
             row_minibatches(
                 batch,
                 minibatch_size or env_steps,
@@ -99,6 +106,8 @@ class MemoPPOLearner(PPOTorchLearner):
                 same_count=_distributed(),
             )
         )
+        self._memo_start_update(len(minibatches))
+        return minibatches
 
     def compute_loss_for_module(
         self, *, module_id: str, config: Any, batch: dict[str, Any], fwd_out: dict[str, Any]
@@ -140,6 +149,13 @@ class MemoPPOLearner(PPOTorchLearner):
             total = total + self.curr_kl_coeffs_per_module[module_id] * kl
         else:
             kl = torch.zeros((), device=total.device)
+        first = self._memo_first_minibatch
+        self._memo_first_minibatch = False
+        self._memo_minibatches_left -= 1
+        if not first and self._memo_minibatches_left > 0:
+            # RLlib keeps an update's last logged value (window 1): the statistics of the
+            # minibatches between the first and the last would be dropped unread.
+            return total
 
         with torch.no_grad():
             values = module.vf.denormalize(v_norm)
@@ -162,8 +178,7 @@ class MemoPPOLearner(PPOTorchLearner):
                 part = torch.zeros_like(mask)
                 part[:, q * T // 4 : (q + 1) * T // 4] = True
                 stats[f"vf_ev_q{q + 1}"] = explained_variance(targets, values, mask & part)
-        if self._memo_first_minibatch:
-            self._memo_first_minibatch = False
+        if first:
             stats["ratio_dev_pre_update"] = (dev * mask).max().detach()
             stats["clip_frac_pre_update"] = stats["clip_frac"]
             if self._memo_grad_diagnostics and module.critic == "shared" and not _distributed():

@@ -155,3 +155,36 @@ def test_a_batch_acted_behind_is_clipped_around_the_learners_own_policy():
     torch.testing.assert_close(
         behind[BEHAVIOUR_WEIGHTS][mask], torch.exp(own - acting), rtol=1e-5, atol=1e-5
     )
+
+
+def test_an_update_logs_the_statistics_of_its_last_minibatch(monkeypatch):
+    """RLlib keeps an update's last logged value (window 1), so the learner computes its
+    statistics on the first minibatch (for the pre-update ratio) and the last one only."""
+    import memrl.methods.memo.learner as memo_learner
+
+    config = bulk_config("bulk", TINY_MEMO, envs=3, steps=60, minibatch=20, seed=5)
+    runner = MemoBulkEnvRunner(config=config)
+    learner = learner_for(config, runner)
+    (rollout,) = runner.sample(num_timesteps=60)
+    runner.stop()
+    variances = []  # per statistics block: over every loss step, then by trial quarter
+    explained_variance = memo_learner.explained_variance
+
+    def spy(targets, preds, mask):
+        variances.append(explained_variance(targets, preds, mask))
+        return variances[-1]
+
+    monkeypatch.setattr(memo_learner, "explained_variance", spy)
+    steps = []
+    update = memo_learner.MemoPPOLearner.compute_loss_for_module
+
+    def counted(self, **kwargs):
+        steps.append(int(kwargs["batch"][Columns.LOSS_MASK].sum()))
+        return update(self, **kwargs)
+
+    monkeypatch.setattr(memo_learner.MemoPPOLearner, "compute_loss_for_module", counted)
+    results = learner.update(episodes=[rollout], num_epochs=2, minibatch_size=20, timesteps={})
+    assert len(steps) >= 4  # 2 epochs of 2+ minibatches
+    assert len(variances) == 2 * 5  # two blocks: the first and the last minibatch
+    logged = float(results[DEFAULT_MODULE_ID]["vf_explained_var"])
+    assert logged == pytest.approx(float(variances[5]), nan_ok=True)
