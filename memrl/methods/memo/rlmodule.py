@@ -105,7 +105,8 @@ class MemoModuleConfig(MemoConfig):
     """The learner's transformer matmuls: float32, or bfloat16 under autocast (weights, the
     optimizer, the heads and, on CPUs, attention stay float32). Env runners act in float32.
     bfloat16 pays where the hardware multiplies it natively (recent GPUs; CPUs with AVX512-BF16
-    or AMX: ``memrl bench scaling --memo-precision bfloat16``); elsewhere it is slower."""
+    or AMX: ``memrl bench scaling --memo-precision bfloat16``); where it is emulated it can be
+    slower than float32."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
