@@ -1,18 +1,19 @@
 """``OverlappedPPO``: RLlib's PPO whose env runners sample the next batch while the learner trains.
 
 With ``resources.overlap_sampling`` on the bulk path, each training step hands the learner the
-batch sampled during the previous step and, meanwhile, has the env runners sample the next one
-with the weights they hold: remote runners get their sample request before the update (each
-actor runs its calls in order, so the weight sync that follows the update reaches a runner after
-that sample); with num_env_runners 0, a background thread of the driver samples with the driver's
-runner. Runner and learner share no state: the runner acts with its own copy of the module, and
-the learner's new weights reach it after both are done, as in RLlib's PPO. So every batch is
-acted one weight version behind the learner that trains on it. PPO clipped around that acting
-policy, which the learner has already moved away from, would zero the gradient of many steps, so
-such batches are marked (``ACTED_BEHIND``) and Memo's learner trains them with decoupled PPO
-(clipped around its own policy before the update, weighted by its probability over the acting
-one's; ``memrl.methods.memo.bulk_learner``); overlapped sampling is for Memo models. On two
-cores, acting and learning then use one each.
+batch sampled during the previous step and, meanwhile, has the env runners sample the next one with
+the weights they hold: remote runners get their sample request before the update (each actor runs
+its calls in order, so the weight sync that follows the update reaches a runner after that sample;
+the sync first waits for the runner's previous weights, which RLlib would otherwise drop the new
+ones for); with num_env_runners 0, a background thread of the driver samples with the driver's
+runner. Runner and learner share no state: the runner acts with its own copy of the module, and the
+learner's new weights reach it after both are done, as in RLlib's PPO. So every batch is acted one
+weight version behind the learner that trains on it. PPO clipped around that acting policy, which
+the learner has already moved away from, would zero the gradient of many steps, so such batches are
+marked (``ACTED_BEHIND``) and Memo's learner trains them with decoupled PPO (clipped around its own
+policy before the update, weighted by its probability over the acting one's;
+``memrl.methods.memo.bulk_learner``); overlapped sampling is for Memo models. On two cores, acting
+and learning then use one each.
 
 A remote runner samples in its own process. A thread of the driver shares Python's GIL with the
 learner: every torch call releases it, and by default a thread that wants it back waits up to
@@ -56,6 +57,9 @@ from memrl.rollout.learner import rollouts_in
 
 AHEAD_TAG = "memrl-sample-ahead"
 """Tag of the remote runners' sample requests made during an update."""
+
+WEIGHTS_TAG = "set_state"
+"""Tag of RLlib's weight sync requests (``EnvRunnerGroup.sync_weights``)."""
 
 SWITCH_INTERVAL_S = 1e-4
 """Python's thread switch interval while sampling and learning overlap (see the module
@@ -148,6 +152,14 @@ class OverlappedPPO(PPO):
                 sys.setswitchinterval(interval)
         with self.metrics.log_time((TIMERS, SYNCH_WORKER_WEIGHTS_TIMER)):
             modules = set(learner_results[0].keys()) - {ALL_MODULES}
+            if remote:
+                # RLlib drops a runner's new weights while its last ones are still in flight
+                # (one request per tag): the runner would sample the next batch two versions
+                # behind. The last ones come before the sample in flight, so waiting for them
+                # is short.
+                group.fetch_ready_async_reqs(
+                    tags=WEIGHTS_TAG, timeout_seconds=self.config.sample_timeout_s
+                )
             group.sync_weights(
                 from_worker_or_learner_group=self.learner_group,
                 policies=modules,

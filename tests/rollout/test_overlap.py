@@ -5,15 +5,19 @@ Ray; Memo's learner trains such a batch with decoupled PPO."""
 from __future__ import annotations
 
 import os
+import sys
+import time
 
 import pytest
 import ray
 from memrl_testing import TINY_MEMO, bulk_config
+from ray import cloudpickle
 from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.utils.metrics import ENV_RUNNER_RESULTS, LEARNER_RESULTS, WEIGHTS_SEQ_NO
 
 from memrl.experiment.build import build_algorithm_config
 from memrl.experiment.config import parse_config
+from memrl.methods.memo.bulk_runner import MemoBulkEnvRunner
 from memrl.rollout.overlap import OverlappedPPO
 
 MLP = {"type": "mlp", "hiddens": [16]}
@@ -116,6 +120,38 @@ def test_remote_runners_sample_the_next_batch_during_the_update(local_ray, tmp_p
         algo.restore_from_path(str(tmp_path / "ckpt"))
         assert algo._remote_ahead == 0
         assert _lags(algo, 2) == [1, 2]
+    finally:
+        algo.stop()
+
+
+class _SlowWeights(MemoBulkEnvRunner):
+    """A runner that takes its new weights slower than the learner's update (a loaded machine)."""
+
+    def set_state(self, state):
+        time.sleep(0.4)
+        super().set_state(state)
+
+
+def test_new_weights_are_not_dropped_while_the_last_ones_are_still_loading(local_ray):
+    # RLlib keeps one weight sync per runner in flight and drops the next; without waiting for
+    # the last one, every other batch would be acted two versions behind.
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    try:
+        config = bulk_config(
+            "bulk",
+            TINY_MEMO,
+            envs=4,
+            steps=120,
+            minibatch=60,
+            seed=1,
+            overlap_sampling=True,
+            num_env_runners=1,
+        )
+        algo = config.env_runners(env_runner_cls=_SlowWeights).build_algo()
+    finally:
+        cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+    try:
+        assert _lags(algo, 5) == [1, 2, 2, 2, 2]
     finally:
         algo.stop()
 
