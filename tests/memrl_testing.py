@@ -132,3 +132,51 @@ def trial_chunks(rollout: Any) -> list[tuple[int, int, int]]:
                 done.append((n, start[n], t + 1))
                 start[n] = None
     return done + [(n, s, steps) for n, s in enumerate(start) if s is not None]
+
+
+_FORK_SCRIPT = """
+import pickle, sys
+import torch.multiprocessing as mp
+with open(sys.argv[1], "rb") as f:
+    fn, args, nprocs = pickle.load(f)
+mp.start_processes(fn, args=args, nprocs=nprocs, join=True, start_method="fork")
+"""
+
+
+def start_forked_processes(
+    fn: Any, args: tuple, nprocs: int, workdir: Path, timeout: float = 300
+) -> None:
+    """``torch.multiprocessing.start_processes(fn, args, nprocs, start_method="fork")``, forked
+    from a fresh interpreter instead of the test process.
+
+    Late in a suite the test process holds dozens of threads of earlier tests (gRPC, Ray's GCS
+    client, a jemalloc background thread); a child forked from it copies their state mid-operation
+    and can abort ("double free or corruption"). ``fn`` and ``args`` travel by value (the test
+    modules and conftests they come from are not importable in the new interpreter); a failing
+    child, or one still running after ``timeout`` seconds, fails the calling test with its output.
+    """
+    import cloudpickle
+
+    tests = REPO / "tests"
+    modules = [
+        m for m in list(sys.modules.values())
+        if Path(getattr(m, "__file__", None) or "/").resolve().is_relative_to(tests)
+    ]  # fmt: skip
+    for module in modules:
+        cloudpickle.register_pickle_by_value(module)
+    try:
+        payload = cloudpickle.dumps((fn, args, nprocs))
+    finally:
+        for module in modules:
+            cloudpickle.unregister_pickle_by_value(module)
+    path = workdir / "forked_processes.pkl"
+    path.write_bytes(payload)
+    out = subprocess.run(
+        [sys.executable, "-c", _FORK_SCRIPT, str(path)],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{tests}"},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-import torch.multiprocessing as mp
+from memrl_testing import start_forked_processes
 from ray.rllib.core import COMPONENT_LEARNER, COMPONENT_RL_MODULE, DEFAULT_MODULE_ID
 
 from memrl.envs.text import text_space
@@ -99,9 +99,9 @@ def test_ddp_learners_average_to_the_gradient_of_the_whole_minibatch(mem1_config
         resources = {"num_learners": 2, "num_cpus_per_learner": 1}
         return mem1_config(resources=resources, **kw).build_learner(spaces=spaces)
 
-    # Forked, the two processes start with torch, RLlib and the test's batch already in memory.
+    # Forked from a fresh interpreter that has torch and RLlib imported (memrl_testing says why).
     args = (str(tmp_path / "init"), str(tmp_path), build, shards)
-    mp.start_processes(_ddp_learner, args=args, nprocs=2, join=True, start_method="fork")
+    start_forked_processes(_ddp_learner, args, nprocs=2, workdir=tmp_path)
     one.update(**learner_batches(rows, 1))
     want = {n: p.grad for n, p in one._policy().named_parameters() if p.grad is not None}
     for rank in (0, 1):

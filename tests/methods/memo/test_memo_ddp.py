@@ -14,13 +14,12 @@ import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from memrl_testing import REPO
+from memrl_testing import REPO, start_forked_processes
 from ray.rllib.core.columns import Columns
 
 from memrl.methods.memo.rlmodule import MemoRLModule
@@ -63,34 +62,10 @@ def _learner_side(rank: int, init_file: str, out_dir: str) -> None:
         dist.destroy_process_group()
 
 
-# The two gloo processes are forked from a fresh interpreter that has imported this module (so
-# they start with torch and RLlib imported), never from the test process: after the suite has run
-# Ray, gRPC and compiled kernels there, a child forked from it once aborted with glibc's "double
-# free or corruption" (the state of the parent's other threads is copied mid-operation).
-FORK_SCRIPT = textwrap.dedent(
-    """
-    import sys
-
-    import torch.multiprocessing as mp
-    from test_memo_ddp import _learner_side
-
-    args = (sys.argv[1], sys.argv[2])
-    mp.start_processes(_learner_side, args=args, nprocs=2, join=True, start_method="fork")
-    """
-)
-
-
 def test_learners_make_equal_minibatch_counts_and_share_value_statistics(tmp_path):
-    path = os.pathsep.join(str(p) for p in (REPO, REPO / "tests", Path(__file__).parent))
-    out = subprocess.run(
-        [sys.executable, "-c", FORK_SCRIPT, str(tmp_path / "init"), str(tmp_path)],
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": path},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
+    # Forked from a fresh interpreter that has torch and RLlib imported (memrl_testing says why).
+    args = (str(tmp_path / "init"), str(tmp_path))
+    start_forked_processes(_learner_side, args, nprocs=2, workdir=tmp_path)
     results = [json.loads((tmp_path / f"{r}.json").read_text()) for r in (0, 1)]
     own = [r["counts"][1] for r in results]
     assert own == [3, 4]  # left alone they differ: DDP would wait forever for the 4th all-reduce
