@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -171,12 +172,20 @@ def start_forked_processes(
             cloudpickle.unregister_pickle_by_value(module)
     path = workdir / "forked_processes.pkl"
     path.write_bytes(payload)
-    out = subprocess.run(
+    # Its own session: on a timeout the forked children (stuck in a collective) go with it.
+    proc = subprocess.Popen(
         [sys.executable, "-c", _FORK_SCRIPT, str(path)],
         cwd=REPO,
         env={**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{tests}"},
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=timeout,
+        start_new_session=True,
     )
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate()
+        raise AssertionError(f"still running after {timeout} s: {stderr[-4000:]}") from None
+    assert proc.returncode == 0, stdout[-2000:] + stderr[-4000:]
