@@ -69,6 +69,12 @@ def metrics_row(result: dict[str, Any], algo: Any) -> dict[str, Any]:
             getattr(algo, "_counters", {}).get("total_num_restored_workers", 0)
         ),
     }
+    acted = get("env_runners/weights_seq_no")
+    learned = get("learners/default_policy/weights_seq_no")
+    if math.isfinite(acted) and math.isfinite(learned):
+        # Weight versions between the policy that acted the trained batch and the learner's
+        # before this update: 0 in PPO, 1 with resources.overlap_sampling.
+        row["acting_lag"] = learned - acted - 1
     group = algo.env_runner_group
     healthy = group.num_healthy_remote_workers() if group is not None else 0
     row["healthy_env_runners"] = float(healthy)

@@ -45,6 +45,7 @@ def test_train_writes_a_complete_run_dir_and_eval_reads_it(tmp_path):
     assert REQUIRED_COLUMNS <= set(df.columns)
     assert {"inner_return_0", "inner_return_sq_0", "inner_success_rate"} <= set(df.columns)
     assert list(df.training_iteration) == [1, 2] and list(df.env_steps_sampled) == [400, 800]
+    assert list(df.acting_lag) == [0, 0]  # PPO acts each batch with the learner's weights
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["iter_000001", "iter_000002"]
     assert any(p.name.startswith("events.out.tfevents") for p in (run / "tb").iterdir())
     assert (run / "curve.png").stat().st_size > 1000

@@ -12,11 +12,11 @@ import pytest
 import ray
 from memrl_testing import TINY_MEMO, bulk_config
 from ray import cloudpickle
-from ray.rllib.core import DEFAULT_MODULE_ID
-from ray.rllib.utils.metrics import ENV_RUNNER_RESULTS, LEARNER_RESULTS, WEIGHTS_SEQ_NO
+from ray.rllib.utils.metrics import ENV_RUNNER_RESULTS, LEARNER_RESULTS
 
 from memrl.experiment.build import build_algorithm_config
 from memrl.experiment.config import parse_config
+from memrl.experiment.progress import metrics_row
 from memrl.methods.memo.bulk_runner import MemoBulkEnvRunner
 from memrl.rollout.overlap import OverlappedPPO
 
@@ -30,9 +30,9 @@ def local_ray():
     ray.shutdown()
 
 
-def _algo(overlap: bool, **resources):
+def _algo(overlap: bool, sampler: str = "bulk", **resources):
     config = bulk_config(
-        "bulk",
+        sampler,
         TINY_MEMO,
         envs=4,
         steps=120,
@@ -45,25 +45,23 @@ def _algo(overlap: bool, **resources):
 
 
 def _lags(algo, iterations: int) -> list[int]:
-    """Per iteration: the learner's weight version after the update minus the version the
-    trained batch was acted with."""
+    """Per iteration, the metrics row's ``acting_lag``: weight versions between the policy that
+    acted the trained batch and the learner's before the update."""
     out = []
     for _ in range(iterations):
-        result = algo.train()
-        acted = result[ENV_RUNNER_RESULTS][WEIGHTS_SEQ_NO]
-        learned = result[LEARNER_RESULTS][DEFAULT_MODULE_ID][WEIGHTS_SEQ_NO]
-        out.append(int(learned - acted))
+        out.append(int(metrics_row(algo.train(), algo)["acting_lag"]))
     return out
 
 
 def test_each_batch_is_acted_one_weight_version_behind(local_ray):
-    serial, overlapped = _algo(False), _algo(True)
+    serial, overlapped, episodes = _algo(False), _algo(True), _algo(False, "episodes")
     try:
+        assert _lags(episodes, 2) == [0, 0]  # RLlib's own env runner and learner
         assert not isinstance(serial, OverlappedPPO)
         assert isinstance(overlapped, OverlappedPPO)
-        assert _lags(serial, 4) == [1, 1, 1, 1]
+        assert _lags(serial, 4) == [0, 0, 0, 0]
         # The first batch is sampled on the spot; each later one during the update before.
-        assert _lags(overlapped, 4) == [1, 2, 2, 2]
+        assert _lags(overlapped, 4) == [0, 1, 1, 1]
         result = overlapped.train()
         assert result[ENV_RUNNER_RESULTS]["num_env_steps_sampled_lifetime"] >= 5 * 120
         assert result[LEARNER_RESULTS]["__all_modules__"]["num_env_steps_trained_lifetime"] >= (
@@ -72,6 +70,7 @@ def test_each_batch_is_acted_one_weight_version_behind(local_ray):
     finally:
         serial.stop()
         overlapped.stop()
+        episodes.stop()
 
 
 def test_an_env_failure_in_the_sampling_thread_ends_the_step_with_its_error(local_ray):
@@ -103,7 +102,7 @@ def test_a_restore_drops_the_batch_sampled_ahead(local_ray, tmp_path):
         assert algo._ahead is not None
         algo.restore_from_path(str(tmp_path / "ckpt"))
         assert algo._ahead is None
-        assert _lags(algo, 2) == [1, 2]
+        assert _lags(algo, 2) == [0, 1]
     finally:
         algo.stop()
 
@@ -113,13 +112,13 @@ def test_remote_runners_sample_the_next_batch_during_the_update(local_ray, tmp_p
     try:
         assert algo.env_runner_group.num_remote_workers() == 1
         assert algo.env_runner_group.local_env_runner.env is None
-        assert _lags(algo, 4) == [1, 2, 2, 2]
+        assert _lags(algo, 4) == [0, 1, 1, 1]
         algo.save_to_path(str(tmp_path / "ckpt"))
         algo.train()
         assert algo._remote_ahead == 1  # a sample request in flight
         algo.restore_from_path(str(tmp_path / "ckpt"))
         assert algo._remote_ahead == 0
-        assert _lags(algo, 2) == [1, 2]
+        assert _lags(algo, 2) == [0, 1]
     finally:
         algo.stop()
 
@@ -151,7 +150,7 @@ def test_new_weights_are_not_dropped_while_the_last_ones_are_still_loading(local
     finally:
         cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
     try:
-        assert _lags(algo, 5) == [1, 2, 2, 2, 2]
+        assert _lags(algo, 5) == [0, 1, 1, 1, 1]
     finally:
         algo.stop()
 
