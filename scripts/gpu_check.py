@@ -14,7 +14,8 @@ Checks, in this order:
   path (chunked log-probs, micro-batches) against full-vocabulary logits; needs CUDA (skipped
   with ``--device cpu``);
 - ``memo-ppo``: ``scripts/gpu_learner_check.py``, one Memo PPO iteration with the learner on the
-  GPU (``num_gpus_per_learner=1``) against the same on the CPU;
+  GPU (``num_gpus_per_learner=1``) against the same on the CPU, each with a float32 and a
+  bfloat16 (``model.learner_precision``) learner;
 - ``vllm``: generation through memrl's vLLM backend; skipped, with a line saying so, where vLLM is
   not installed (the GPU image has none).
 
@@ -111,7 +112,7 @@ LIMITS = {
     "memo-memory": 120,
     "mem1-speed": 180,
     "mem1-learner": 90,
-    "memo-ppo": 180,
+    "memo-ppo": 240,
     "vllm": 120,
 }
 """Seconds each check may take on the GPU machine."""

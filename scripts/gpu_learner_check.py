@@ -1,15 +1,17 @@
 """GPU learner check: one Memo PPO training iteration with the learner on the GPU vs on the CPU.
 
-For each model size (the configs/memo_key_door.yaml model, and a paper-width one) and each device,
-builds the algorithm from configs/memo_key_door.yaml with ``num_gpus_per_learner`` 1 (cuda) or 0
-(cpu), the learner in the driver and samples from the driver's env runner, runs a warm-up
-iteration (CUDA init, cuDNN autotune) and one timed iteration, checks where the learner's weights
-live, and reports the learner throughput: env steps of the train batch over the time of the
-timed iteration's learner update (a clock around ``learner_group.update``). Writes
-memo_ppo_learner.{md,parquet,png} under --output.
+For each model size (the configs/memo_key_door.yaml model, and a paper-width one), each device and
+each learner precision (``model.learner_precision``: float32, and bfloat16 autocast), builds the
+algorithm from configs/memo_key_door.yaml with ``num_gpus_per_learner`` 1 (cuda) or 0 (cpu), the
+learner in the driver and samples from the driver's env runner, runs a warm-up iteration (CUDA
+init, cuDNN autotune) and one timed iteration, checks where the learner's weights live, and
+reports the learner throughput: env steps of the train batch over the time of the timed
+iteration's learner update (a clock around ``learner_group.update``), and its speed-up over the
+same model's float32 learner on the CPU. Writes memo_ppo_learner.{md,parquet,png} under --output.
 
     python scripts/gpu_learner_check.py                        # GPU machine: cpu and cuda
     python scripts/gpu_learner_check.py --devices cpu --models memo-small --train-batch 400
+    python scripts/gpu_learner_check.py --precisions float32   # no bfloat16 rows
 """
 
 from __future__ import annotations
@@ -28,9 +30,12 @@ MODELS = {
     "memo-paper-width": {"d_model": 256, "n_layers": 4, "n_heads": 8, "encoder_hiddens": [256]},
 }
 GPUS = {"cuda": 1.0, "cpu": 0.0}
+PRECISIONS = ("float32", "bfloat16")
 
 
-def one_setting(model: dict, device: str, args: argparse.Namespace, logdir: Path) -> dict:
+def one_setting(
+    model: dict, device: str, precision: str, args: argparse.Namespace, logdir: Path
+) -> dict:
     from memrl.experiment.build import build_algorithm_config
     from memrl.experiment.checkpoints import build_algo
     from memrl.experiment.config import load_config
@@ -42,6 +47,7 @@ def one_setting(model: dict, device: str, args: argparse.Namespace, logdir: Path
         f"resources.num_envs_per_env_runner={args.envs}",
         f"algorithm.train_batch_size={args.train_batch}",
         f"algorithm.minibatch_size={args.minibatch}",
+        f"model.learner_precision={precision}",
     ]
     overrides += [f"model.{k}={json.dumps(v)}" for k, v in model.items()]
     exp = load_config(REPO / "configs" / "memo_key_door.yaml", overrides)
@@ -113,6 +119,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--minibatch", type=int, default=1000, help="env steps per minibatch")
     parser.add_argument(
+        "--precisions",
+        default=",".join(PRECISIONS),
+        help=f"comma-separated learner precisions, of {list(PRECISIONS)} (the speed-up is over "
+        "float32 on the CPU, which runs whenever cpu is in --devices)",
+    )
+    parser.add_argument(
         "--envs",
         type=int,
         default=20,
@@ -122,10 +134,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     devices = [d.strip() for d in args.devices.split(",") if d.strip()]
     models = [m.strip() for m in args.models.split(",") if m.strip()]
-    bad = sorted(set(devices) - set(GPUS)) + sorted(set(models) - set(MODELS))
-    if bad or not devices or not models:
+    precisions = [p.strip() for p in args.precisions.split(",") if p.strip()]
+    bad = (
+        sorted(set(devices) - set(GPUS))
+        + sorted(set(models) - set(MODELS))
+        + sorted(set(precisions) - set(PRECISIONS))
+    )
+    if bad or not devices or not models or not precisions:
         parser.error(
-            f"unknown or empty --devices/--models {bad}; use {list(GPUS)} and {list(MODELS)}"
+            f"unknown or empty --devices/--models/--precisions {bad}; use {list(GPUS)}, "
+            f"{list(MODELS)} and {list(PRECISIONS)}"
         )
 
     import torch
@@ -140,11 +158,20 @@ def main(argv: list[str] | None = None) -> int:
     with ray_session(None), tempfile.TemporaryDirectory() as tmp:
         for name in models:
             for device in devices:
-                row = {"model": name, "device": device, "num_gpus_per_learner": GPUS[device]}
-                row.update(one_setting(MODELS[name], device, args, Path(tmp)))
-                rows.append(row)
-                # Written after every setting: a run stopped by its time limit keeps what it had.
-                _report(rows, args, where)
+                # The CPU's float32 row is every speed-up's reference.
+                ours = ["float32", *precisions] if device == "cpu" else precisions
+                for precision in dict.fromkeys(ours):
+                    row = {
+                        "model": name,
+                        "device": device,
+                        "precision": precision,
+                        "num_gpus_per_learner": GPUS[device],
+                    }
+                    row.update(one_setting(MODELS[name], device, precision, args, Path(tmp)))
+                    rows.append(row)
+                    # Written after every setting: a run stopped by its time limit keeps what
+                    # it had.
+                    _report(rows, args, where)
     return 0
 
 
@@ -152,15 +179,20 @@ def _report(rows: list[dict], args: argparse.Namespace, where: str) -> None:
     from memrl.experiment.tables import Plot, write_report
 
     for row in rows:
-        cpu = [r for r in rows if r["model"] == row["model"] and r["device"] == "cpu"]
+        cpu = [
+            r
+            for r in rows
+            if r["model"] == row["model"] and r["device"] == "cpu" and r["precision"] == "float32"
+        ]
         ratio = row["learner_steps_per_s"] / cpu[0]["learner_steps_per_s"] if cpu else None
         row["speedup_vs_cpu"] = float("nan") if ratio is None else ratio
+        row["setting"] = f"{row['device']} {row['precision']}"
     write_report(
         NAME,
         rows,
         args.output,
         title=f"Memo PPO learner, one iteration of {args.train_batch} env steps ({where})",
-        plots=[Plot(x="model", y="learner_steps_per_s", group="device", kind="bar")],
+        plots=[Plot(x="model", y="learner_steps_per_s", group="setting", kind="bar")],
     )
     return 0
 

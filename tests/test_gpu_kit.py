@@ -21,6 +21,7 @@ import time
 import zipfile
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from memrl_testing import REPO
 
@@ -343,6 +344,9 @@ def test_gpu_day_quick_cpu_run_end_to_end(
     with tarfile.open(out / "gpu_check.tgz") as tar:
         names = set(tar.getnames())
         ppo = json.load(tar.extractfile("results/summary.json"))
+        learner = pq.read_table(
+            tar.extractfile("results/memo_ppo/memo_ppo_learner.parquet")
+        ).to_pylist()
     for path in (
         "results/memo_memory/memo-memory.parquet",
         "results/mem1_speed/mem1_speed.parquet",
@@ -353,3 +357,8 @@ def test_gpu_day_quick_cpu_run_end_to_end(
         assert path in names
     assert [c["status"] for c in ppo["checks"]] == ["ok", "ok", "ok", "skipped", "ok", "skipped"]
     assert ppo["environment"]["imports_failed"] == {}
+    # Both learner precisions, each against the CPU's float32 learner.
+    assert [(r["device"], r["precision"]) for r in learner] == [
+        ("cpu", "float32"), ("cpu", "bfloat16"),
+    ]  # fmt: skip
+    assert learner[0]["speedup_vs_cpu"] == 1.0 and learner[1]["learner_steps_per_s"] > 0
