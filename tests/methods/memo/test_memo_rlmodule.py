@@ -407,6 +407,17 @@ def test_compile_learner_trains_like_eager_and_keeps_the_state_dict():
     assert grads[0].keys() == grads[1].keys()
     for name, grad in grads[0].items():
         torch.testing.assert_close(grads[1][name], grad, rtol=1e-4, atol=1e-6)
+    # After an update, the compiled trunk reads the new weights (nothing of the old ones is
+    # baked into its graph), also at another batch size.
+    after = []
+    for module in (eager, compiled):
+        torch.optim.SGD(module.parameters(), lr=0.5).step()
+        with torch.no_grad():
+            after.append(module.forward_train({Columns.OBS: obs[:2]}))
+    moved = (after[0][VF_PREDS] - outs[0][VF_PREDS][:2]).abs().max()
+    assert moved > 1e-3  # the step changed the outputs by far more than the tolerance
+    for key in (Columns.ACTION_DIST_INPUTS, VF_PREDS):
+        torch.testing.assert_close(after[1][key], after[0][key], rtol=1e-5, atol=1e-6)
 
 
 def test_bfloat16_learner_trains_near_float32_and_acts_in_float32():
