@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -133,9 +134,11 @@ DDP_SCRIPT = textwrap.dedent(
 
     torch.set_num_threads(1)
     out = Path(sys.argv[1])
+    compiled = sys.argv[2] == "compiled"  # the two DDP learners compile their trunks
 
     def algo(learners):
-        exp = parse_config({**TINY, "model": TINY_MEMO, "algorithm": {
+        model = {**TINY_MEMO, "compile_learner": compiled and learners > 0}
+        exp = parse_config({**TINY, "model": model, "algorithm": {
             "name": "ppo", "train_batch_size": 400, "minibatch_size": 400, "num_epochs": 1},
             "resources": {"num_env_runners": 0, "num_envs_per_env_runner": 4,
                           "num_learners": learners, "sampler": "episodes"}})
@@ -179,10 +182,15 @@ DDP_SCRIPT = textwrap.dedent(
 
 
 @pytest.mark.slow
-def test_two_cpu_learners_follow_one_learners_loss_curve_without_hanging(tmp_path):
+@pytest.mark.parametrize("trunks", ["eager", "compiled"])
+def test_two_cpu_learners_follow_one_learners_loss_curve_without_hanging(tmp_path, trunks):
+    if trunks == "compiled" and shutil.which(os.environ.get("CXX", "g++")) is None:
+        pytest.skip(
+            "compile_learner needs a C++ compiler on CPUs (torch.compile's inductor); none found"
+        )
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'tests'}"}
     out = subprocess.run(
-        [sys.executable, "-c", DDP_SCRIPT, str(tmp_path)],
+        [sys.executable, "-c", DDP_SCRIPT, str(tmp_path), trunks],
         cwd=REPO,
         env=env,
         capture_output=True,
