@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
@@ -189,3 +191,15 @@ def start_forked_processes(
         stdout, stderr = proc.communicate()
         raise AssertionError(f"still running after {timeout} s: {stderr[-4000:]}") from None
     assert proc.returncode == 0, stdout[-2000:] + stderr[-4000:]
+
+
+def cxx_compiler() -> str | None:
+    """The C++ compiler torch.compile's CPU kernels would use ($CXX, g++ or c++), or None."""
+    return shutil.which(os.environ.get("CXX", "g++")) or shutil.which("c++")
+
+
+needs_cxx = pytest.mark.skipif(
+    cxx_compiler() is None,
+    reason="compile_learner needs a C++ compiler on CPUs (torch.compile's inductor); none found",
+)
+"""Marks a test that runs ``model.compile_learner`` on a CPU (make test installs g++)."""

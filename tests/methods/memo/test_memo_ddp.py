@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -20,7 +19,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from memrl_testing import REPO, start_forked_processes
+from memrl_testing import REPO, needs_cxx, start_forked_processes
 from ray.rllib.core.columns import Columns
 
 from memrl.methods.memo.rlmodule import MemoRLModule
@@ -182,12 +181,8 @@ DDP_SCRIPT = textwrap.dedent(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("trunks", ["eager", "compiled"])
+@pytest.mark.parametrize("trunks", ["eager", pytest.param("compiled", marks=needs_cxx)])
 def test_two_cpu_learners_follow_one_learners_loss_curve_without_hanging(tmp_path, trunks):
-    if trunks == "compiled" and shutil.which(os.environ.get("CXX", "g++")) is None:
-        pytest.skip(
-            "compile_learner needs a C++ compiler on CPUs (torch.compile's inductor); none found"
-        )
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'tests'}"}
     out = subprocess.run(
         [sys.executable, "-c", DDP_SCRIPT, str(tmp_path), trunks],

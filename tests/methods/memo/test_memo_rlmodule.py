@@ -6,6 +6,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from memrl_testing import needs_cxx
 from ray.rllib.core.columns import Columns
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 
@@ -363,17 +364,7 @@ def test_trains_through_rllib_on_the_corridor(tmp_path):
         ray.shutdown()
 
 
-def _cxx() -> str | None:
-    import os
-    import shutil
-
-    return shutil.which(os.environ.get("CXX", "g++")) or shutil.which("c++")
-
-
-@pytest.mark.skipif(
-    _cxx() is None,
-    reason="compile_learner needs a C++ compiler on CPUs (torch.compile's inductor); none found",
-)
+@needs_cxx
 def test_compile_learner_trains_like_eager_and_keeps_the_state_dict():
     from memrl.methods.memo.columns import VF_PREDS
 
