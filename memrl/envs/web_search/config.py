@@ -54,9 +54,11 @@ class SafetyConfig:
     """Which URLs the browser and the HTTP client may reach."""
 
     allow_hosts: tuple[str, ...] = ()
-    """If non-empty, only these hosts (``example.com`` exact, ``*.example.com`` its subdomains)."""
+    """If non-empty, only these hosts (``example.com`` exact, ``*.example.com`` its subdomains,
+    ``8.8.8.8`` that address in any spelling or IPv6 form that carries only it)."""
     deny_hosts: tuple[str, ...] = ()
-    """Hosts never reached (same patterns); checked before ``allow_hosts``."""
+    """Hosts never reached (same patterns; an IP entry also refuses every host that resolves to
+    it or to an IPv6 form that carries it); checked before ``allow_hosts``."""
     allow_private: bool = False
     """Allow private, loopback, link-local and other non-global addresses (off: SSRF guard)."""
     allow_addresses: tuple[str, ...] = ()

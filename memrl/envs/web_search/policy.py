@@ -13,9 +13,15 @@ site-local addresses (``fec0::/10``) are never global. Which addresses are globa
 memrl's own copy of the IANA special-purpose registries (``addresses.py``), not from Python's
 ``ipaddress``, whose idea of "global" changed between patch releases.
 
+The host lists hold names and addresses. A name entry matches the normalized host name; an IP
+entry is an address, parsed once, and matches every spelling and embedding of it: a literal host
+in any numeric form, an IPv6 form that carries it (mapped, compatible, translated, NAT64, 6to4,
+Teredo), and, for ``deny_hosts``, every address that DNS gives for any host, names included.
+
 A host is normalized once, before any check (``normalize_host``): IDNA/UTS-46 mapping (case,
 fullwidth forms, characters mapped to nothing such as the soft hyphen and zero-width spaces),
-then punycode; control characters, spaces and anything a host name cannot hold are refused. The
+then punycode; control characters, spaces and anything a host name cannot hold are refused; a
+host the C resolver reads as an IPv4 number (``0x7f000001``, ``127.1``) becomes that address. The
 host lists are matched against that string and DNS resolves that same string, so no spelling
 reaches one name for the lists and another for the resolver.
 """
@@ -35,17 +41,17 @@ from urllib.parse import SplitResult, quote, urljoin, urlsplit
 
 import idna
 
-from memrl.envs.web_search.addresses import address_kind
+from memrl.envs.web_search.addresses import (
+    IPAddress,
+    address_kind,
+    carried_ipv4,
+    ipv4_form,
+    ipv4_number,
+)
 from memrl.envs.web_search.config import SafetyConfig
 
 ALLOWED_SCHEMES = ("http", "https")
 
-_IPV4_COMPATIBLE = ipaddress.ip_network("::/96")
-_IPV4_TRANSLATED = ipaddress.ip_network("::ffff:0:0:0/96")
-_NAT64 = ipaddress.ip_network("64:ff9b::/96")
-_NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")
-_SIX_TO_FOUR = ipaddress.ip_network("2002::/16")
-_SITE_LOCAL = ipaddress.ip_network("fec0::/10")
 _LABEL = re.compile(r"[a-z0-9_-]{1,63}")
 """A host-name label after normalization (underscores occur in real DNS names)."""
 MAX_HOST_CHARS = 253
@@ -98,9 +104,11 @@ def host_of(url: str) -> str:
 def normalize_host(host: str) -> str:
     """The one spelling of a host that the host lists see and DNS resolves.
 
-    IP literals come back in their canonical form; names are mapped by IDNA/UTS-46 (lower case,
-    fullwidth forms to ASCII, soft hyphens and zero-width characters removed, ideographic dots
-    to dots), their non-ASCII labels encoded as punycode (``xn--...``), trailing dots dropped.
+    IP literals come back in their canonical form, hosts the C resolver reads as IPv4 numbers
+    (``0x7f000001``, ``2130706433``, ``127.1``) as the address they spell; names are mapped by
+    IDNA/UTS-46 (lower case, fullwidth forms to ASCII, soft hyphens and zero-width characters
+    removed, ideographic dots to dots), their non-ASCII labels encoded as punycode
+    (``xn--...``), trailing dots dropped.
 
     Raises:
         UrlDenied: the host is empty, holds a control character or space, or is not a valid
@@ -135,11 +143,35 @@ def normalize_host(host: str) -> str:
 
 
 def _ip_literal(host: str) -> str | None:
-    """The canonical text of an IP address literal, or None for a name."""
+    """The canonical text of an IP address literal or numeric IPv4 host, or None for a name."""
     try:
         return str(ipaddress.ip_address(host))
     except ValueError:
+        number = ipv4_number(host)
+        return str(number) if number is not None else None
+
+
+def _literal_address(host: str) -> IPAddress | None:
+    """The address of a normalized host that is an IP literal (zone dropped), or None."""
+    try:
+        return ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
         return None
+
+
+def _destinations(ip: IPAddress) -> tuple[IPAddress, ...]:
+    """The address itself (an IPv4-mapped one as its IPv4 address), then every IPv4 address
+    an IPv6 address carries (``carried_ipv4``)."""
+    if ip.version == 4:
+        return (ip,)
+    if ip.ipv4_mapped is not None:
+        return (ip.ipv4_mapped,)
+    return (ip, *carried_ipv4(ip))
+
+
+def _carrying(ip: IPAddress, listed: IPAddress) -> str:
+    """' (it carries <listed>)' where a list matched an IPv4 address inside ``ip``, else ''."""
+    return "" if listed == _destinations(ip)[0] else f" (it carries {listed})"
 
 
 @dataclass(frozen=True)
@@ -162,19 +194,66 @@ def _matches(host: str, patterns: tuple[str, ...]) -> bool:
     return False
 
 
-def _normalized_patterns(patterns: tuple[str, ...], key: str) -> tuple[str, ...]:
-    out = []
-    for pattern in patterns:
-        wild = pattern.startswith("*.")
-        try:
-            host = normalize_host(pattern[2:] if wild else pattern)
-        except UrlDenied as err:
-            raise ValueError(
-                f"safety.{key} has {pattern!r}, which is not a host name or '*.' + a host name "
-                f"({err})"
-            ) from None
-        out.append("*." + host if wild else host)
-    return tuple(out)
+@dataclass(frozen=True)
+class HostList:
+    """A host list of the safety config, parsed once into names and addresses."""
+
+    names: tuple[str, ...]
+    """Normalized host names; ``*.x`` stands for x's subdomains."""
+    addresses: frozenset[IPAddress]
+    """IP entries, an IPv4-mapped one as its IPv4 address, without zone."""
+
+    @classmethod
+    def parse(cls, patterns: tuple[str, ...], key: str) -> HostList:
+        """Normalizes each entry (``normalize_host``); ``key`` names the list in errors.
+
+        Raises:
+            TypeError: an entry is not a string (YAML reads an unquoted 2130706433 as a number).
+            ValueError: an entry is no host name, '*.' + a host name, or IP address.
+        """
+        if isinstance(patterns, str):
+            raise TypeError(
+                f"safety.{key} is the string {patterns!r}; give a list of hosts: [{patterns!r}]"
+            )
+        names, addresses = [], set()
+        for pattern in patterns:
+            if not isinstance(pattern, str):
+                raise TypeError(
+                    f"safety.{key} has {pattern!r} ({type(pattern).__name__}); entries are "
+                    f"strings, so quote it: '{pattern}'"
+                )
+            wild = pattern.startswith("*.")
+            try:
+                host = normalize_host(pattern[2:] if wild else pattern)
+            except UrlDenied as err:
+                raise ValueError(
+                    f"safety.{key} has {pattern!r}, which is not a host name, '*.' + a host "
+                    f"name, or an IP address ({err})"
+                ) from None
+            ip = _literal_address(host)
+            if ip is None:
+                names.append("*." + host if wild else host)
+            elif wild:
+                raise ValueError(
+                    f"safety.{key} has {pattern!r}, a '*.' before the IP address {host}; "
+                    "'*.' takes a host name, write an address without it"
+                )
+            else:
+                addresses.add(_destinations(ip)[0])
+        return cls(tuple(names), frozenset(addresses))
+
+    def __bool__(self) -> bool:
+        return bool(self.names or self.addresses)
+
+    def listed_destination(self, ip: IPAddress) -> IPAddress | None:
+        """The first of ``ip``'s destinations that the list holds, or None (the deny test)."""
+        return next((d for d in _destinations(ip) if d in self.addresses), None)
+
+    def admits(self, ip: IPAddress) -> bool:
+        """Whether the list holds ``ip`` itself or every IPv4 address it carries (the allow
+        test: a form that also reaches an unlisted address is not admitted)."""
+        own, *carried = _destinations(ip)
+        return own in self.addresses or (bool(carried) and self.addresses.issuperset(carried))
 
 
 class UrlPolicy:
@@ -182,8 +261,8 @@ class UrlPolicy:
 
     def __init__(self, config: SafetyConfig) -> None:
         self.config = config
-        self._allow_hosts = _normalized_patterns(config.allow_hosts, "allow_hosts")
-        self._deny_hosts = _normalized_patterns(config.deny_hosts, "deny_hosts")
+        self._allow_hosts = HostList.parse(config.allow_hosts, "allow_hosts")
+        self._deny_hosts = HostList.parse(config.deny_hosts, "deny_hosts")
         self._allowed_nets = []
         for item in config.allow_addresses:
             try:
@@ -218,11 +297,20 @@ class UrlPolicy:
 
     def check_host(self, host: str, port: int) -> str:
         """Host lists and ports, before any DNS lookup; returns the normalized host
-        (``normalize_host``), the name to resolve and to connect as."""
+        (``normalize_host``), the name to resolve and to connect as. A name is matched against
+        the lists' names, an IP literal against their addresses (``HostList``)."""
         host = normalize_host(host)
-        if _matches(host, self._deny_hosts):
-            raise UrlDenied(f"host {host!r} is on the deny list")
-        if self._allow_hosts and not _matches(host, self._allow_hosts):
+        ip = _literal_address(host)
+        if ip is None:
+            if _matches(host, self._deny_hosts.names):
+                raise UrlDenied(f"host {host!r} is on the deny list")
+            allowed = _matches(host, self._allow_hosts.names)
+        else:
+            listed = self._deny_hosts.listed_destination(ip)
+            if listed is not None:
+                raise UrlDenied(f"host {host!r} is on the deny list{_carrying(ip, listed)}")
+            allowed = self._allow_hosts.admits(ip)
+        if self._allow_hosts and not allowed:
             raise UrlDenied(f"host {host!r} is not on the allow list")
         if self.config.allowed_ports and port not in self.config.allowed_ports:
             raise UrlDenied(
@@ -231,14 +319,19 @@ class UrlPolicy:
         return host
 
     def check_address(self, host: str, address: str) -> None:
-        """Refuses non-global addresses unless allowed explicitly."""
+        """Refuses an address on the deny list (in any embedding), then non-global addresses
+        unless allowed explicitly."""
         ip = ipaddress.ip_address(address.split("%", 1)[0])
-        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-            ip = ip.ipv4_mapped
+        listed = self._deny_hosts.listed_destination(ip)
+        if listed is not None:
+            raise UrlDenied(
+                f"host {host!r} resolves to {ip}{_carrying(ip, listed)}, which is on the deny list"
+            )
+        ip = _destinations(ip)[0]  # an IPv4-mapped address is its IPv4 address
         if any(ip in net for net in self._allowed_nets) or self.config.allow_private:
             return
         if isinstance(ip, ipaddress.IPv6Address):
-            form, embedded = _ipv4_form(ip)
+            form, embedded = ipv4_form(ip)
             if form:
                 kind = address_kind(embedded) if embedded is not None else ""
                 inner = (
@@ -279,24 +372,6 @@ class UrlPolicy:
         for address in addresses:
             self.check_address(host, address)
         return Vetted(host=host, port=port, address=addresses[0])
-
-
-def _ipv4_form(ip: ipaddress.IPv6Address) -> tuple[str, ipaddress.IPv4Address | None]:
-    """The IPv4-carrying form of an IPv6 address and the IPv4 address inside, or ("", None)."""
-    low32 = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
-    if ip in _IPV4_COMPATIBLE and int(ip) > 1:  # :: and ::1 are judged as themselves
-        return "IPv4-compatible", low32
-    if ip in _IPV4_TRANSLATED:
-        return "IPv4-translated", low32
-    if ip in _NAT64:
-        return "NAT64", low32
-    if ip in _NAT64_LOCAL:
-        return "local-use NAT64", None
-    if ip in _SIX_TO_FOUR:
-        return "6to4", ip.sixtofour
-    if ip in _SITE_LOCAL:
-        return "site-local", None
-    return "", None
 
 
 class HostRateLimiter:
