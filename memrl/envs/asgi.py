@@ -1,4 +1,5 @@
-"""memrl's HTTP services (retrieval, the WebShop site) on uvicorn, in a thread or in the foreground.
+"""memrl's HTTP services (retrieval, WebShop, the web-search test site) on uvicorn, in a thread
+or in the foreground.
 
 ``bind`` opens the listening socket first, so a port that is in use or out of range is a clear
 ``ValueError`` before a service spends minutes building its index. ``ASGIServer`` then serves a
@@ -126,9 +127,11 @@ async def read_body(request: Any, limit: int, timeout_s: float = BODY_TIMEOUT_S)
     return body
 
 
-def _guarded_protocol(header_timeout_s: float, max_connections: int) -> type:
+def _guarded_protocol(
+    header_timeout_s: float, max_connections: int, mixin: type | None = None
+) -> type:
     """uvicorn's h11 protocol with a deadline for each request's headers and a cap on the
-    connections open at once (see the module docstring)."""
+    connections open at once (see the module docstring), ``mixin`` ahead of it in the bases."""
     import h11
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
@@ -185,7 +188,9 @@ def _guarded_protocol(header_timeout_s: float, max_connections: int) -> type:
             if self.waiting() and not self.transport.is_closing():
                 self.transport.close()
 
-    return GuardedH11Protocol
+    if mixin is None:
+        return GuardedH11Protocol
+    return type(f"{mixin.__name__}GuardedH11Protocol", (mixin, GuardedH11Protocol), {})
 
 
 class ASGIServer:
@@ -198,6 +203,8 @@ class ASGIServer:
         header_timeout_s: longest wait for a request's headers (see ``HEADER_TIMEOUT_S``).
         keep_alive_s: an idle keep-alive connection is closed this long after its last response.
         max_connections: most connections open at once (default ``default_max_connections()``).
+        protocol_mixin: a class put ahead of the guarded h11 protocol in its bases (the test
+            site's writes a header byte that h11 refuses to write); the guards still apply.
     """
 
     def __init__(
@@ -209,6 +216,7 @@ class ASGIServer:
         header_timeout_s: float = HEADER_TIMEOUT_S,
         keep_alive_s: float = KEEP_ALIVE_S,
         max_connections: int | None = None,
+        protocol_mixin: type | None = None,
     ) -> None:
         import uvicorn
 
@@ -224,7 +232,7 @@ class ASGIServer:
         self._sock = sock
         config = uvicorn.Config(
             app,
-            http=_guarded_protocol(header_timeout_s, max_connections),
+            http=_guarded_protocol(header_timeout_s, max_connections, protocol_mixin),
             lifespan="off",
             log_config=None,  # uvicorn's loggers propagate to the application's logging setup
             log_level="warning",

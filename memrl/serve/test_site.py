@@ -3,7 +3,8 @@
 The site the web-search tests use, for trying ``memrl/WebSearchQA-v0`` offline: a results page at
 ``/search?q=...`` and the articles that answer ``LocalSite.tasks()``. It prints the env.config
 keys that point the env at it (``search``, ``safety``, ``tasks``); configs/mem1_web_search_smol.yaml
-uses the default port.
+uses the default port. It is served on uvicorn with the guards of ``memrl.envs.asgi``, like
+``memrl serve retrieval`` and ``memrl serve webshop``.
 """
 
 from __future__ import annotations
@@ -21,11 +22,9 @@ def run(args: argparse.Namespace) -> int:
     import json
     import time
 
-    from memrl.envs.asgi import bind
     from memrl.envs.web_search.testsite import LocalSite
 
-    bind("127.0.0.1", args.port).close()  # a port out of range or in use: one error line
-    site = LocalSite(port=args.port)
+    site = LocalSite(port=args.port)  # a port out of range or in use: one error line
     env_config = {
         "tasks": LocalSite.tasks(),
         "search": {"backend": "html", "options": site.search_options()},

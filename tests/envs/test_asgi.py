@@ -1,7 +1,8 @@
 """memrl's uvicorn servers against clients that hold connections without using them: real
 sockets to a real retrieval server on 127.0.0.1 (idle and slow-header connections are closed,
-keep-alive is bounded, a connection cap keeps /health answering), and the same through
-``memrl serve retrieval`` in a process whose descriptor limit is 256."""
+keep-alive is bounded, a connection cap keeps /health answering), the same through
+``memrl serve retrieval`` in a process whose descriptor limit is 256, and the web-search test
+site on the same guards."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -19,6 +21,7 @@ from memrl_testing import REPO
 from memrl.envs.asgi import ASGIServer, bind
 from memrl.envs.doc_qa import resources
 from memrl.envs.retrieval.app import RetrievalApp
+from memrl.envs.web_search.testsite import LocalSite
 
 
 @pytest.fixture(scope="module")
@@ -153,3 +156,29 @@ def test_serve_retrieval_under_a_descriptor_limit_survives_400_idle_connections(
             sock.close()
         server.terminate()
         server.wait(timeout=20)
+
+
+def test_the_test_site_cuts_off_dripping_clients_and_caps_connections():
+    """The web-search test site (``memrl serve test-site``) on the same guards: a client that
+    drips its header a byte every 0.1 s is closed at the header deadline, and 30 idle
+    connections, with at most 8 open, hold no thread each and do not keep a page from answering."""
+    with LocalSite(header_timeout_s=0.5, max_connections=8) as site:
+        host, port = site.url.removeprefix("http://").split(":")
+        address = (host, int(port))
+        with socket.create_connection(address) as slow:
+            trickle = b"GET /notes.txt HTTP/1.1\r\nHost: x\r\n" + b"X-Slow: " + b"a" * 200
+            closed_s = _closed_after(slow, 5.0, trickle)
+            assert closed_s is not None and 0.3 < closed_s < 2.0, closed_s
+        threads = threading.active_count()
+        idle = [socket.create_connection(address) for _ in range(30)]
+        try:
+            conn = http.client.HTTPConnection(*address, timeout=5)
+            conn.request("GET", "/notes.txt")
+            assert b"Oren Vale" in conn.getresponse().read()
+            conn.close()
+            assert threading.active_count() - threads < 5
+            closed = sum(_closed_after(sock, 0.3) is not None for sock in idle)
+            assert 30 - 8 <= closed < 30  # the cap holds; connections under it stay open
+        finally:
+            for sock in idle:
+                sock.close()
