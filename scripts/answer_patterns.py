@@ -18,6 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from memrl.envs.doc_qa.scoring import repeats_one_value
+
 
 def tagged(text: str, tag: str) -> list[str]:
     """The stripped contents of every complete ``<tag>...</tag>`` in ``text``, in order."""
@@ -34,8 +36,7 @@ def patterns(episodes: list[dict[str, Any]], search_tag: str, answer_tag: str) -
         searches = [q.lower() for g in generated for q in tagged(g, search_tag)]
         answers = [a for g in generated for a in tagged(g, answer_tag)]
         if answers:
-            parts = [p.strip().lower() for p in answers[-1].split(";")]
-            same += len(parts) >= 2 and len(set(parts)) == 1
+            same += repeats_one_value(answers[-1])
         repeated += len(searches) != len(set(searches))
         distinct += len(set(searches)) >= 2
     n = len(episodes)

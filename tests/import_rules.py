@@ -46,6 +46,7 @@ METHOD_ROLES: dict[str, str] = {
     "mem1/losses.py": "learner",
     "mem1/learner.py": "learner",
     "mem1/algorithm.py": "settings",
+    "mem1/selection.py": "settings",
     "mem1/settings.py": "settings",
     "baselines.py": "settings",
     "ppo.py": "settings",

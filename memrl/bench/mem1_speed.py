@@ -255,7 +255,7 @@ def _learner_rows(
     import numpy as np
     import torch
 
-    from memrl.methods.mem1.losses import sft_loss
+    from memrl.methods.mem1.losses import nll_loss
     from memrl.methods.mem1.network import TokenPolicy
 
     policy = TokenPolicy(lm, value_head=False, compute_dtype=compute).to(device)
@@ -287,7 +287,7 @@ def _learner_rows(
                     sub["vis"],
                     logp_mask=sub["loss_mask"],
                 )
-                (sft_loss(scored["logp"], sub["loss_mask"]) * len(rows) / n).backward()
+                (nll_loss(scored["logp"], sub["loss_mask"]) * len(rows) / n).backward()
             opt.step()
             _sync(device)
             if step:

@@ -21,7 +21,8 @@ last-k) and any generation backend:
     observation that says what was wrong, never an exception. The observation already holds the
     turns-left hint (``turns_left_hint``, the same wording in every env). ``info`` carries
     ``format_error`` (bool) and the env's own outcome metrics (QA: ``em``, ``f1``,
-    ``num_searches``; WebShop: ``score``, ``success``).
+    ``num_searches``; WebShop: ``score``, ``success``). ``success`` (``INFO_SUCCESS``) marks an
+    episode that solved its task outright; MEM1's reward-filtered update trains on those only.
 
     Every env passes the action through ``action_text`` first: non-strings become strings, an
     action longer than the env's ``max_action_chars`` is refused with an observation that says
@@ -49,6 +50,9 @@ MAX_TEXT_CHARS = 1_000_000
 MAX_ACTION_CHARS = 65_536
 """Default of the envs' ``max_action_chars``: about 16k tokens, far above a turn's generation
 budget (``max_tokens_per_turn`` is 1000 in the MEM1 configs), far below the Text space's bound."""
+
+INFO_SUCCESS = "success"
+"""Info key of the last step: the task solved outright (QA: every question exactly right)."""
 
 MAX_ECHO_CHARS = 200
 """Most characters of an action that ``echo`` copies into an observation."""

@@ -22,10 +22,11 @@ from typing import Any, NamedTuple
 import gymnasium as gym
 
 from memrl.envs.doc_qa import resources
-from memrl.envs.doc_qa.scoring import score
+from memrl.envs.doc_qa.scoring import question_matches, repeats_one_value, score, values_in_text
 from memrl.envs.doc_qa.tasks import REDRAWS, SPLITS, Task
 from memrl.envs.retrieval.base import Hit, Retriever, check_topk
 from memrl.envs.text import (
+    INFO_SUCCESS,
     MAX_ACTION_CHARS,
     TextTags,
     action_text,
@@ -42,6 +43,17 @@ logger = logging.getLogger(__name__)
 RETRIEVERS = ("local", "http", "ray")
 """Where passages come from: an in-process index, a Search-R1 HTTP server, the Ray service."""
 REWARDS = ("em", "f1")
+
+# Outcome keys of the last step's info (floats, besides em and f1 and the protocol's
+# INFO_SUCCESS), read by evaluation.
+EM_OF_QUESTION = "em_q"
+"""``em_q1``, ``em_q2``, ...: exact match of each question's part of the answer."""
+ANSWER_REPEATS = "answer_repeats"
+"""1.0 when an answer of two or more parts gives one value for all of them ("a; a")."""
+VALUES_FOUND = "values_found"
+"""Questions whose answer appeared in a passage a search returned."""
+VALUES_IN_STATE = "values_in_state"
+"""Of those, the ones whose answer is in the last internal state the agent wrote."""
 
 
 class SearchRequest(NamedTuple):
@@ -156,6 +168,9 @@ class DocQAEnv(gym.Env):
         self._done = True
         self._num_searches = 0
         self._num_format_errors = 0
+        self._found = [False]
+        self._state_text = ""
+        self._answer_info: dict[str, float] = {}
 
     # -- construction ------------------------------------------------------------------------
 
@@ -208,6 +223,9 @@ class DocQAEnv(gym.Env):
         self._done = False
         self._num_searches = 0
         self._num_format_errors = 0
+        self._found = [False] * len(self.task.questions)
+        self._state_text = ""
+        self._answer_info = {}
         observation = "; ".join(self.task.questions)
         info = {
             "task_id": self.task.task_id,
@@ -230,6 +248,8 @@ class DocQAEnv(gym.Env):
                 return self._end(refused + " The episode ends with reward 0.", format_error=True)
             return self._continue(refused, turns_left, format_error=True)
         kind, content = self._parse(text)
+        state = first_tagged(text, (self.tags.state,))
+        self._state_text = state[1] if state is not None else ""
 
         if kind == self.tags.answer:
             return self._answer(content)
@@ -264,6 +284,7 @@ class DocQAEnv(gym.Env):
         if hits is None:
             hits = self.retriever.retrieve([query], self.config.topk)[0]
         self._prefetched = {}
+        self._note_found(hits)
         return self._continue(self._format_hits(hits), turns_left, format_error=False)
 
     # -- batched retrieval -------------------------------------------------------------------
@@ -305,12 +326,23 @@ class DocQAEnv(gym.Env):
         return found if found is not None else (None, "")
 
     def _answer(self, content: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        result = score(content, self.task.targets())
+        targets = self.task.targets()
+        result = score(content, targets)
         self._done = True
         reward = result[self.config.reward]
+        matches = question_matches(content, targets)
+        self._answer_info = {f"{EM_OF_QUESTION}{k + 1}": m for k, m in enumerate(matches)}
+        self._answer_info[INFO_SUCCESS] = float(all(matches))
+        self._answer_info[ANSWER_REPEATS] = float(repeats_one_value(content))
         info = self._info(format_error=False, answered=True, **result)
         info["answer_parts"] = len(content.split(";"))
         return "", float(reward), True, False, info
+
+    def _note_found(self, hits: list[Hit]) -> None:
+        """Marks the questions whose answer (any alias) a search has shown the agent."""
+        text = " ".join(hit.text for hit in hits)
+        for k, aliases in enumerate(self.task.targets()):
+            self._found[k] = self._found[k] or any(values_in_text(aliases, text))
 
     def _continue(
         self, body: str, turns_left: int, format_error: bool
@@ -345,6 +377,12 @@ class DocQAEnv(gym.Env):
         return "".join(lines)
 
     def _info(self, format_error: bool, answered: bool, em: float = 0.0, f1: float = 0.0) -> dict:
+        targets = self.task.targets()
+        in_state = [
+            found and any(values_in_text(aliases, self._state_text))
+            for found, aliases in zip(self._found, targets, strict=True)
+        ]
+        unanswered = {f"{EM_OF_QUESTION}{k + 1}": 0.0 for k in range(len(targets))}
         return {
             "task_id": self.task.task_id,
             "em": em,
@@ -354,6 +392,12 @@ class DocQAEnv(gym.Env):
             "num_format_errors": self._num_format_errors,
             "answered": answered,
             "turn": self._turn,
+            INFO_SUCCESS: 0.0,
+            ANSWER_REPEATS: 0.0,
+            **unanswered,
+            **self._answer_info,
+            VALUES_FOUND: float(sum(self._found)),
+            VALUES_IN_STATE: float(sum(in_state)),
         }
 
 

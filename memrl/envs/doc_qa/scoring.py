@@ -90,6 +90,34 @@ def score(prediction: str, targets: Sequence[Sequence[str]]) -> dict[str, float]
     parts = split_answers(prediction)
     if len(parts) != len(targets):
         return {"em": 0.0, "f1": 0.0}
-    em = sum(exact_match(part, aliases) for part, aliases in zip(parts, targets, strict=True))
+    em = sum(question_matches(prediction, targets))
     f1 = sum(token_f1(part, aliases) for part, aliases in zip(parts, targets, strict=True))
     return {"em": float(em), "f1": float(f1)}
+
+
+def question_matches(prediction: str, targets: Sequence[Sequence[str]]) -> list[float]:
+    """Exact match of each question's part (1.0 or 0.0, one per question, in order); all 0.0
+    when the prediction's number of parts differs from ``len(targets)``. ``score``'s EM is their
+    sum."""
+    parts = split_answers(prediction)
+    if len(parts) != len(targets):
+        return [0.0] * len(targets)
+    return [exact_match(part, aliases) for part, aliases in zip(parts, targets, strict=True)]
+
+
+def repeats_one_value(prediction: str) -> bool:
+    """Whether an answer of two or more parts gives one (normalized) value for every part, as in
+    ``"1931; 1931"``: a guess that can be right for at most one question."""
+    parts = [normalize_answer(part) for part in split_answers(prediction)]
+    return len(parts) >= 2 and len(set(parts)) == 1
+
+
+def values_in_text(values: Sequence[str], text: str) -> list[bool]:
+    """For each value, whether its normalized form occurs in the normalized ``text`` as whole
+    words (``"1931"`` is in ``"founded in 1931."``, not in ``"19310"``)."""
+    words = f" {normalize_answer(text)} "
+    found = []
+    for value in values:
+        norm = normalize_answer(value)
+        found.append(bool(norm) and f" {norm} " in words)
+    return found

@@ -18,6 +18,7 @@ from typing import Any
 import gymnasium as gym
 
 from memrl.envs.text import (
+    INFO_SUCCESS,
     MAX_ACTION_CHARS,
     action_text,
     clean_text,
@@ -178,7 +179,7 @@ class WebShopEnv(gym.Env):
         if self.session is None:
             raise RuntimeError("Call reset() before step().")
         self.turn += 1
-        info: dict[str, Any] = {"format_error": False, "score": 0.0, "success": False}
+        info: dict[str, Any] = {"format_error": False, "score": 0.0, INFO_SUCCESS: False}
         text, refused = action_text(action, self.max_action_chars)
         if self.action_format == "mem1":
             tags = (self.tags["think"], self.tags["summary"], self.tags["answer"])
@@ -196,8 +197,8 @@ class WebShopEnv(gym.Env):
         info.update(valid=result.valid, message=result.message)
         if result.done and result.valid:
             info.update(
+                {INFO_SUCCESS: result.reward == 1.0},
                 score=result.reward,
-                success=result.reward == 1.0,
                 reward_info=self.session.reward_info,
                 purchased=self.session.asin,
                 options=dict(self.session.options),

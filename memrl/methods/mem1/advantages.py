@@ -11,6 +11,8 @@ and the minibatch updates: it writes ``old_logp``, ``ref_logp``, ``advantages`` 
   over the batch's generated tokens.
 - GRPO: each episode's outcome minus its group's mean, over the group's std, broadcast to the
   episode's generated tokens (groups never mix: ``TextEpisode.group_id``).
+- RAFT and imitation: no advantages (their loss is the NLL of the kept episodes' tokens); the
+  column holds 1 on loss tokens so that every update batch has the same columns.
 """
 
 from __future__ import annotations
@@ -98,7 +100,7 @@ def add_advantages(
     scored: dict[str, np.ndarray],
     episodes: Sequence[Any],
     *,
-    algorithm: Literal["ppo", "grpo"],
+    algorithm: Literal["ppo", "grpo", "raft", "imitation"],
     kl_coef: float,
     format_penalty: float = 0.0,
     whiten: bool = True,
@@ -150,6 +152,10 @@ def add_advantages(
         adv = group_normalized(rewards, [ep.group_id for ep in episodes])
         ep_index = np.where(mask, cols["episode"], 0)
         cols["advantages"] = np.where(mask, adv[ep_index], 0.0).astype(np.float32)
+    elif algorithm in ("raft", "imitation"):
+        cols["advantages"] = mask.astype(np.float32)
     else:
-        raise ValueError(f"algorithm must be 'ppo' or 'grpo', got {algorithm!r}")
+        raise ValueError(
+            f"algorithm must be 'ppo', 'grpo', 'raft' or 'imitation', got {algorithm!r}"
+        )
     return stats

@@ -5,10 +5,12 @@ One ``training_step``:
 2. episodes become rows of token sequences in the configured sequence mode
    (memrl/methods/mem1/batch.py), scored once before any update (current, reference, values),
    each learner scoring its share of the rows;
-3. advantages (memrl/methods/mem1/advantages.py): PPO sums KL-shaped token rewards plus the
-   outcome at the episode's last token into returns (gamma = lambda = 1) minus the critic's
-   values; GRPO normalizes each episode's reward within its own group and broadcasts it to the
-   episode's tokens;
+3. the episodes the update trains on are picked (memrl/methods/mem1/selection.py: RAFT keeps
+   those that solved their task; GRPO with dynamic sampling keeps the groups whose rewards
+   differ and samples again until enough do); advantages (memrl/methods/mem1/advantages.py):
+   PPO sums KL-shaped token rewards plus the outcome at the episode's last token into returns
+   (gamma = lambda = 1) minus the critic's values; GRPO normalizes each episode's reward within
+   its own group and broadcasts it to the episode's tokens; RAFT and imitation train the NLL;
 4. ``learner_group.update`` per minibatch (split into one shard of about equal tokens per
    learner), then ``sync_weights`` to the env runners (under FSDP after the learners gathered
    the full weights).
@@ -42,9 +44,11 @@ from ray.rllib.utils.metrics import (
     TIMERS,
 )
 
+from memrl.envs.doc_qa.env import VALUES_FOUND, VALUES_IN_STATE
 from memrl.methods.mem1.advantages import add_advantages
 from memrl.methods.mem1.batch import build_rows, row_lengths, shard_rows, slice_rows
 from memrl.methods.mem1.context import ContextPolicy
+from memrl.methods.mem1.selection import groups_with_signal, select_episodes
 
 logger = logging.getLogger(__name__)
 
@@ -181,6 +185,36 @@ class Mem1Algorithm(Algorithm):
         # `memrl eval`) has iteration > 0 and must not redo it.
         if self.iteration == 0 and s.warm_start.episodes > 0 and not self.warm_start_losses:
             self._warm_start()
+        episodes, selected, rounds = self._sample_for_update()
+        if not episodes:
+            return
+        evaluation = self._maybe_evaluate()
+
+        with self.metrics.log_time((TIMERS, LEARNER_UPDATE_TIMER)):
+            stats = self._rollout_stats(episodes)
+            stats.update(
+                evaluation,
+                update_episodes=float(len(selected)),
+                update_share=len(selected) / len(episodes),
+                groups_with_signal=float(groups_with_signal(selected)),
+                sample_rounds=float(rounds),
+            )
+            if selected:
+                cols = self._rows(selected)
+                scored = self._score(cols)
+                stats.update(self._add_advantages(cols, scored, selected))
+                self._update(cols, stats)
+                self._gather_full_state()
+            else:  # nothing to learn from (RAFT: no episode solved its task): no step
+                self.metrics.log_dict(stats, key=(LEARNER_RESULTS, DEFAULT_MODULE_ID), window=1)
+
+        with self.metrics.log_time((TIMERS, SYNCH_WORKER_WEIGHTS_TIMER)):
+            self.env_runner_group.sync_weights(
+                from_worker_or_learner_group=self.learner_group, inference_only=True
+            )
+
+    def _sample_once(self) -> list[Any]:
+        """One ``sample()`` of every env runner, its metrics aggregated; the episodes."""
         with self.metrics.log_time((TIMERS, ENV_RUNNER_SAMPLING_TIMER)):
             sampled, runner_metrics = synchronous_parallel_sample(
                 worker_set=self.env_runner_group,
@@ -188,24 +222,32 @@ class Mem1Algorithm(Algorithm):
                 _uses_new_env_runners=True,
                 _return_metrics=True,
             )
-        episodes = [ep for item in sampled for ep in (item if isinstance(item, list) else [item])]
-        if not episodes:
-            return
         self.metrics.aggregate(runner_metrics, key=ENV_RUNNER_RESULTS)
-        evaluation = self._maybe_evaluate()
+        return [ep for item in sampled for ep in (item if isinstance(item, list) else [item])]
 
-        with self.metrics.log_time((TIMERS, LEARNER_UPDATE_TIMER)):
-            cols = self._rows(episodes)
-            scored = self._score(cols)
-            stats = self._add_advantages(cols, scored, episodes)
-            stats.update(self._rollout_stats(episodes), **evaluation)
-            self._update(cols, stats)
-            self._gather_full_state()
-
-        with self.metrics.log_time((TIMERS, SYNCH_WORKER_WEIGHTS_TIMER)):
-            self.env_runner_group.sync_weights(
-                from_worker_or_learner_group=self.learner_group, inference_only=True
+    def _sample_for_update(self) -> tuple[list[Any], list[Any], int]:
+        """Samples the iteration's episodes and picks those the update trains on
+        (memrl/methods/mem1/selection.py); under ``dynamic_sampling`` samples again until the
+        picked ones hold that many groups with signal, or ``dynamic_sampling_rounds`` samplings
+        were made. Returns (every episode sampled, the picked ones, samplings made)."""
+        s = self.config.mem1
+        episodes: list[Any] = []
+        selected: list[Any] = []
+        rounds = 0
+        while True:
+            episodes += self._sample_once()
+            rounds += 1
+            selected = select_episodes(
+                episodes,
+                s.algorithm,
+                format_penalty=s.format_penalty,
+                dynamic_sampling=bool(s.dynamic_sampling),
             )
+            if not s.dynamic_sampling or rounds >= s.dynamic_sampling_rounds:
+                break
+            if groups_with_signal(selected) >= s.dynamic_sampling:
+                break
+        return episodes, selected, rounds
 
     def _gather_full_state(self) -> None:
         """FSDP: all learners gather the full weights together, so that the first can hand them
@@ -218,7 +260,8 @@ class Mem1Algorithm(Algorithm):
         what the update reads is computed: the current log-probs with ``recompute_old_logp``,
         the reference's with a KL term, values for PPO; GRPO with neither scores nothing."""
         s = self.config.mem1
-        current, reference = s.recompute_old_logp, s.kl_coef > 0
+        likelihood = s.algorithm in ("raft", "imitation")  # no ratio: no old log-probs needed
+        current, reference = s.recompute_old_logp and not likelihood, s.kl_coef > 0
         if not (current or reference or s.algorithm == "ppo"):
             return {}
         budget = s.micro_batch_tokens
@@ -269,7 +312,7 @@ class Mem1Algorithm(Algorithm):
             kl_coef=s.kl_coef,
             format_penalty=s.format_penalty,
             whiten=s.whiten_advantages,
-            recompute_old_logp=s.recompute_old_logp,
+            recompute_old_logp=s.recompute_old_logp and s.algorithm in ("ppo", "grpo"),
         )
 
     @staticmethod
@@ -369,14 +412,27 @@ class Mem1Algorithm(Algorithm):
             with path.open("w", encoding="utf-8") as handle:
                 for row in rows:
                     handle.write(json.dumps(row["transcript"]) + "\n")
-        numeric = [
-            k for k, v in rows[0].items() if isinstance(v, int | float) and k != "task_index"
-        ]
+        # Keys an episode's last step may lack (doc-QA reports answer_parts only for answers)
+        # count as 0 for that task.
+        numeric = sorted(
+            {
+                k
+                for r in rows
+                for k, v in r.items()
+                if isinstance(v, int | float) and k != "task_index"
+            }
+        )
+        per_task = {k: [float(r.get(k, 0.0)) for r in rows] for k in ["task_index", *numeric]}
+        summary = {f"{k}_mean": float(np.mean(per_task[k])) for k in numeric}
+        if VALUES_FOUND in per_task:
+            found = sum(per_task[VALUES_FOUND])
+            kept = sum(per_task.get(VALUES_IN_STATE, [0.0]))
+            summary["state_recall"] = kept / found if found else float("nan")
         return {
-            "summary": {f"{k}_mean": float(np.mean([r[k] for r in rows])) for k in numeric},
+            "summary": summary,
             "returns": [float(r["reward"]) for r in rows],
             "turns": [float(r["turns"]) for r in rows],
-            "per_task": {k: [float(r[k]) for r in rows] for k in ["task_index", *numeric]},
+            "per_task": per_task,
             "transcripts": str(transcripts) if transcripts is not None else None,
         }
 

@@ -47,6 +47,7 @@ class TextEnvRunner(EnvRunner, Checkpointable):
         self.policy = self.config.context_policy
         self._weights_seq_no = 0
         self._round = 0
+        self._scripted_done = 0  # scripted episodes this runner played (algorithm: imitation)
         self._rng = np.random.default_rng(self._seed if self._seed is not None else None)
         self.make_env()
         self.make_module()
@@ -115,6 +116,10 @@ class TextEnvRunner(EnvRunner, Checkpointable):
         rounds = s.rounds_per_sample
         if num_episodes is not None:
             rounds = -(-num_episodes // len(self.envs))
+        if s.algorithm == "imitation":
+            out = self._scripted(rounds * len(self.envs))
+            self._log_episodes(out)
+            return out[:num_episodes] if num_episodes is not None else out
         for _ in range(rounds):
             n = len(self.envs)
             options, groups, seeds = [], [], []
@@ -132,6 +137,29 @@ class TextEnvRunner(EnvRunner, Checkpointable):
             self._log_episodes(episodes)
             out += episodes
         return out[:num_episodes] if num_episodes is not None else out
+
+    def _scripted(self, count: int) -> list[TextEpisode]:
+        """``count`` episodes of the env's scripted agent (``algorithm: imitation``) on the
+        warm start's tasks (``warm_start.env_config``), continuing after the ones it imitated;
+        runners take turns, so no two runners play the same task index in the same pass."""
+        from memrl.methods.mem1.warm_start import scripted_episodes
+
+        s = self.settings
+        ws = s.warm_start
+        runners = max(1, self.num_workers)
+        start = ws.task_offset + ws.episodes + self._scripted_done * runners
+        start += max(0, self.worker_index - 1) * count
+        self._scripted_done += count
+        return scripted_episodes(
+            self.config.text_env_id,
+            ws.env(dict(self.config.env_config)),
+            self.tokenizer,
+            policy=self.policy,
+            prompt=s.prompt,
+            episodes=count,
+            task_offset=start,
+            max_obs_tokens=s.max_obs_tokens,
+        )
 
     def _rollout(
         self, envs: list[Any], options: list[Any], *, greedy: bool, **kwargs: Any
@@ -182,6 +210,7 @@ class TextEnvRunner(EnvRunner, Checkpointable):
             )
             for task, ep in zip(chunk, episodes, strict=True):
                 row: dict[str, Any] = {
+                    **ep.info,  # the env's outcome figures (doc-QA: em_q1.., values_found, ..)
                     "task_index": task,
                     "em": ep.info.get("em", ep.env_reward),
                     "f1": ep.info.get("f1", 0.0),

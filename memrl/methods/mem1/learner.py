@@ -32,7 +32,7 @@ from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.core.learner.torch.torch_learner import TorchLearner
 
 from memrl.methods.mem1.batch import micro_batches, row_lengths, slice_rows
-from memrl.methods.mem1.losses import rl_loss, sft_loss
+from memrl.methods.mem1.losses import nll_loss, rl_loss
 from memrl.methods.mem1.network import TokenPolicy, causal_lm, rank_and_world
 
 logger = logging.getLogger(__name__)
@@ -458,7 +458,7 @@ class TokenLearner(TorchLearner):
                 out = policy.score(
                     x["input_ids"], x["position_ids"], x["seg"], x["vis"], logp_mask=x["loss_mask"]
                 )
-                loss = sft_loss(out["logp"], x["loss_mask"])
+                loss = nll_loss(out["logp"], x["loss_mask"])
                 optimizer.zero_grad()
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(params, 1.0)

@@ -72,13 +72,16 @@ def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     return torch.exp(d) - d - 1.0
 
 
-def sft_loss(logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Negative log-likelihood of the generated tokens (warm start), token-mean."""
-    return -masked_mean(logp, mask)
+def nll_loss(
+    logp: torch.Tensor, mask: torch.Tensor, num_tokens: float | torch.Tensor | None = None
+) -> torch.Tensor:
+    """Negative log-likelihood of the masked (generated) tokens, token-mean over ``num_tokens``
+    (default: the mask's count), so micro-batches add up to their minibatch's mean."""
+    return -masked_mean(logp, mask, num_tokens)
 
 
 def rl_loss(
-    algorithm: Literal["ppo", "grpo"],
+    algorithm: Literal["ppo", "grpo", "raft", "imitation"],
     logp: torch.Tensor,
     batch: dict[str, torch.Tensor],
     *,
@@ -93,15 +96,22 @@ def rl_loss(
 
     PPO: clipped surrogate + ``vf_loss_coeff`` x clipped value loss (the KL to the reference is
     already in the advantages through the reward; ``ref_kl`` reports its k1 estimate). GRPO:
-    clipped surrogate + ``kl_coef`` x k3 KL to the reference.
+    clipped surrogate + ``kl_coef`` x k3 KL to the reference. RAFT and imitation: token NLL of
+    the batch's generated tokens (the rows of the episodes kept for the update) + ``kl_coef`` x
+    k3 KL to the reference.
 
     Args:
         logp, values: (B, T) the current policy's log-probs and (PPO) values.
-        batch: ``loss_mask``, ``old_logp``, ``advantages``, ``ref_logp`` and, for PPO,
-            ``old_values`` and ``returns``, each (B, T).
+        batch: ``loss_mask``, ``ref_logp`` and, for PPO and GRPO, ``old_logp`` and
+            ``advantages`` (PPO also ``old_values`` and ``returns``), each (B, T).
         num_tokens: token-mean denominator (default: this batch's masked tokens).
     """
     mask = batch["loss_mask"]
+    if algorithm in ("raft", "imitation"):
+        nll = nll_loss(logp, mask, num_tokens)
+        kl_loss = masked_mean(kl_k3(logp, batch["ref_logp"]), mask, num_tokens)
+        stats = {"nll": nll, "ref_kl": kl_loss}
+        return nll + kl_coef * kl_loss, {k: v.detach() for k, v in stats.items()}
     pg_loss, stats = clipped_pg_loss(
         logp, batch["old_logp"], batch["advantages"], mask, clip, num_tokens
     )
@@ -120,5 +130,7 @@ def rl_loss(
         loss = pg_loss + kl_coef * kl_loss
         stats.update(ref_kl=kl_loss)
     else:
-        raise ValueError(f"algorithm must be 'ppo' or 'grpo', got {algorithm!r}")
+        raise ValueError(
+            f"algorithm must be 'ppo', 'grpo', 'raft' or 'imitation', got {algorithm!r}"
+        )
     return loss, {k: v.detach() for k, v in stats.items()}

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from memrl.envs.text import INFO_SUCCESS
 from memrl.methods.mem1.context import ContextPolicy, Turn, context_ids
 from memrl.methods.mem1.prompts import PromptSettings, render_observation, render_prompt
 from memrl.metrics import TurnTokens, episode_memory_metrics
@@ -65,6 +66,21 @@ class TextEpisode:
 
     def memory_metrics(self) -> dict[str, float]:
         return episode_memory_metrics(self.turn_tokens)
+
+
+def outcome_info(info: dict[str, Any]) -> dict[str, float]:
+    """The numeric entries of a step's info as floats (flags such as WebShop's ``success`` as
+    1.0 / 0.0); what ``TextEpisode.info`` keeps of the last step."""
+    return {k: float(v) for k, v in info.items() if isinstance(v, int | float)}
+
+
+def episode_success(ep: TextEpisode) -> bool:
+    """Whether an episode solved its task outright: the env reported ``success``, it ended by
+    its own action (not the turn limit) and no turn had a format error. Doc-QA: every question
+    answered exactly; WebShop: reward 1. A partly right answer ("1931; 1931" for two questions
+    with one right) is not a success."""
+    solved = ep.info.get(INFO_SUCCESS, 0.0) >= 1.0
+    return solved and ep.format_errors == 0 and not ep.truncated
 
 
 def find_scratch(tokenizer: Any, ids: Sequence[int], tag: str) -> tuple[int, int] | None:
@@ -188,11 +204,7 @@ def rollout(
             obs, reward, terminated, truncated, info = envs[i].step(gen.text)
             ep.env_reward += float(reward)
             ep.format_errors += int(bool(info.get("format_error", False)))
-            ep.info = {
-                k: float(v)
-                for k, v in info.items()
-                if isinstance(v, int | float) and not isinstance(v, bool)
-            }
+            ep.info = outcome_info(info)
             done = terminated or truncated or j + 1 >= max_turns[i]
             if done:
                 ep.truncated = bool(truncated or not terminated)

@@ -189,6 +189,9 @@ class WarmStartSettings:
 
 _EVAL_SET_KEYS = {"env_config", "task_offset"}
 
+ALGORITHMS = ("ppo", "grpo", "raft", "imitation")
+"""MEM1's updates (``Mem1Settings.algorithm``)."""
+
 
 @dataclass(frozen=True)
 class Mem1Settings:
@@ -196,9 +199,13 @@ class Mem1Settings:
 
     TAG_KEY: ClassVar[tuple[str, str]] = ("name", "mem1")
 
-    algorithm: Literal["ppo", "grpo"] = "ppo"
+    algorithm: Literal["ppo", "grpo", "raft", "imitation"] = "ppo"
     """``ppo``: critic + GAE(1, 1), KL folded into the reward; ``grpo``: group-normalized outcome
-    reward over ``group_size`` rollouts per task, KL as a loss term, no critic."""
+    reward over ``group_size`` rollouts per task, KL as a loss term, no critic; ``raft``:
+    reward-filtered fine-tuning (expert iteration): ``group_size`` rollouts per task, token NLL
+    on the episodes that solved their task outright (every question exact, no format error), so
+    a partly right guess is never reinforced; ``imitation``: the same NLL update on fresh
+    episodes of the env's scripted agent (the compute-matched control of RL)."""
     context_policy: Literal["mem1", "full", "last_k"] = "mem1"
     """What the model sees each turn (memrl/methods/mem1/context.py)."""
     last_k: int = 1
@@ -214,6 +221,14 @@ class Mem1Settings:
     """Rollouts per task drawn together (GRPO needs >= 2; envs per runner must divide by it)."""
     rounds_per_sample: int = 1
     """Rounds of ``num_envs_per_env_runner`` episodes each env runner plays per iteration."""
+    dynamic_sampling: int = 0
+    """Dynamic sampling (DAPO): groups that carry no signal leave the batch (GRPO: every
+    reward of the group equal, so every advantage 0; RAFT: no episode of the group solved its
+    task) and the env runners sample again, up to ``dynamic_sampling_rounds`` times in all,
+    until the batch holds at least this many groups with signal (0: off, every group trains)."""
+    dynamic_sampling_rounds: int = 4
+    """Most samplings per iteration under ``dynamic_sampling``; the batch trains on what it
+    holds after the last one."""
     max_tokens_per_turn: int = 1000
     """Generation budget of one turn."""
     max_obs_tokens: int = 1024
@@ -278,6 +293,19 @@ class Mem1Settings:
     """Supervised warm start on scripted trajectories."""
 
     def validate(self, where: str) -> None:
+        if self.algorithm not in ALGORITHMS:
+            raise ValueError(
+                f"{where}.algorithm must be one of {list(ALGORITHMS)}, got {self.algorithm!r}"
+            )
+        if self.dynamic_sampling < 0:
+            raise ValueError(
+                f"{where}.dynamic_sampling must be >= 0 (0: off), got {self.dynamic_sampling}"
+            )
+        if self.dynamic_sampling and self.algorithm not in ("grpo", "raft"):
+            raise ValueError(
+                f"{where}.dynamic_sampling drops groups without signal, which only grpo and "
+                f"raft have; got algorithm {self.algorithm!r}: set dynamic_sampling: 0"
+            )
         if self.algorithm == "grpo" and self.group_size < 2:
             raise ValueError(
                 f"{where}.group_size must be >= 2 for grpo (rollouts per task to "
@@ -286,6 +314,7 @@ class Mem1Settings:
         for name in (
             "group_size",
             "rounds_per_sample",
+            "dynamic_sampling_rounds",
             "max_tokens_per_turn",
             "num_minibatches",
             "num_epochs",
@@ -333,6 +362,14 @@ class Mem1Settings:
                 f"algorithm.group_size ({self.group_size}): each runner draws whole groups"
             )
         check_tags(self.prompt, exp.env.config)
+        if self.algorithm == "imitation":
+            from memrl.methods.mem1.warm_start import SCRIPTED_ENVS
+
+            if exp.env.id not in SCRIPTED_ENVS:
+                raise ValueError(
+                    f"algorithm.algorithm imitation plays the env's scripted agent; env "
+                    f"{exp.env.id!r} has none (those that do: {list(SCRIPTED_ENVS)})"
+                )
         if self.fsdp and exp.resources.num_learners < 2:
             raise ValueError(
                 "algorithm.fsdp shards the model over learners: set resources.num_learners >= 2 "

@@ -13,7 +13,7 @@ from typing import Any
 
 from memrl.methods.mem1.context import ContextPolicy, Turn, context_ids
 from memrl.methods.mem1.prompts import PromptSettings, render_observation, render_prompt
-from memrl.methods.mem1.rollout import TextEpisode, find_scratch
+from memrl.methods.mem1.rollout import TextEpisode, find_scratch, outcome_info
 from memrl.metrics import TurnTokens
 
 SCRIPTED_ENVS = ("memrl/DocQA-v0", "memrl/WebShop-v0")
@@ -126,11 +126,7 @@ def scripted_episodes(
                 turn.obs_ids = tokenizer.encode(
                     render_observation(prompt, observation), add_special_tokens=False
                 )[:max_obs_tokens]
-            ep.info = {
-                k: float(v)
-                for k, v in info.items()
-                if isinstance(v, int | float) and not isinstance(v, bool)
-            }
+            ep.info = outcome_info(info)
             out.append(ep)
     finally:
         env.close()

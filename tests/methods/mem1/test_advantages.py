@@ -163,5 +163,5 @@ def test_grpo_group_of_one_and_unknown_algorithm():
     scored = {"logp": zeros, "ref_logp": zeros}
     add_advantages(cols, scored, episodes, algorithm="grpo", kl_coef=0.0)
     assert not cols["advantages"].any()
-    with pytest.raises(ValueError, match="ppo' or 'grpo"):
+    with pytest.raises(ValueError, match="'ppo', 'grpo', 'raft' or 'imitation'"):
         add_advantages(cols, scored, episodes, algorithm="a2c", kl_coef=0.0)

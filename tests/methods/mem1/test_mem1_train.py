@@ -183,3 +183,47 @@ def test_grpo_needs_whole_groups_per_runner(tmp_path):
     exp = load_config(_config(tmp_path, "bad", algorithm="grpo", group_size=3))
     with pytest.raises(ValueError, match="multiple of algorithm.group_size"):
         exp.algorithm.make_algorithm_config(exp)
+
+
+def test_imitation_and_raft_with_dynamic_sampling_train(tmp_path):
+    # imitation: each iteration imitates fresh episodes of the scripted agent (all solved).
+    cfg = _config(tmp_path, "imitation", algorithm="imitation", kl_coef=0.0, num_minibatches=2)
+    run = tmp_path / "imitation_run"
+    out = memrl_cli("train", str(cfg), "--output", str(run), "--stop-iters", "2", timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    frame = pd.read_parquet(run / "metrics.parquet")
+
+    def column(name: str) -> pd.Series:
+        (found,) = [c for c in frame.columns if c.endswith(name)]
+        return frame[found]
+
+    # 4 episodes per iteration; the scripted agent misses some within 3 turns, and only the
+    # solved ones are imitated.
+    kept = column("update_episodes").tolist()
+    assert all(0 < n <= 4 for n in kept)
+    assert column("update_share").tolist() == [n / 4 for n in kept]
+    nll = column("learner_nll").tolist()
+    assert nll[1] < nll[0]  # the second batch's tasks are new, the skill is not
+    assert not any(c.endswith("policy_loss") for c in frame.columns)
+    steps = frame["env_steps_sampled"].tolist()
+    assert steps[1] > steps[0] > 0
+
+    # RAFT: the random tiny model solves nothing, so dynamic sampling samples twice and the
+    # iteration ends without a step (and still checkpoints).
+    cfg = _config(
+        tmp_path,
+        "raft",
+        algorithm="raft",
+        group_size=2,
+        kl_coef=0.0,
+        dynamic_sampling=1,
+        dynamic_sampling_rounds=2,
+    )
+    run = tmp_path / "raft_run"
+    out = memrl_cli("train", str(cfg), "--output", str(run), timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    frame = pd.read_parquet(run / "metrics.parquet")
+    assert column("sample_rounds").tolist() == [2.0]
+    assert column("update_episodes").tolist() == [0.0]
+    assert frame["env_steps_sampled"].iloc[0] > 0
+    assert (run / "checkpoints" / "iter_000001").is_dir()

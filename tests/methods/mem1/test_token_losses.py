@@ -15,8 +15,8 @@ from memrl.methods.mem1.losses import (
     kl_k3,
     masked_mean,
     masked_whiten,
+    nll_loss,
     rl_loss,
-    sft_loss,
 )
 from memrl.methods.mem1.rollout import TextEpisode
 
@@ -60,7 +60,7 @@ def test_losses_ignore_unmasked_tokens_entirely():
     mask = torch.tensor([[0, 1, 1, 0, 0, 1], [1, 0, 0, 0, 1, 1]], dtype=torch.bool)
     adv = torch.randn(2, 6)
     loss, _ = clipped_pg_loss(logp, logp.detach() + 0.1, adv, mask, 0.2)
-    loss = loss + sft_loss(logp, mask) + masked_mean(kl_k3(logp, torch.zeros(2, 6)), mask)
+    loss = loss + nll_loss(logp, mask) + masked_mean(kl_k3(logp, torch.zeros(2, 6)), mask)
     loss.backward()
     assert torch.all(logp.grad[~mask] == 0) and torch.all(logp.grad[mask] != 0)
     garbage = adv.clone()
