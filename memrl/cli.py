@@ -1,7 +1,9 @@
 """The `memrl` command: train, eval, tune, report, compare, export, and the bench/serve/data groups.
 
-User errors (a bad config, a missing file, an impossible resource request) are printed as one
-``error: ...`` line with exit code 2, without a traceback; ``MEMRL_DEBUG=1`` shows the traceback.
+User errors (a bad config, a missing file, an impossible resource request, a damaged checkpoint
+or one that does not fit the run's config, an output folder that cannot be written) are printed
+as one ``error: ...`` line with exit code 2, without a traceback; ``MEMRL_DEBUG=1`` shows the
+traceback.
 """
 
 from __future__ import annotations
@@ -302,6 +304,16 @@ def _cmd_group(args: argparse.Namespace) -> int:
 
 COMMANDS = {"report": _cmd_report, "compare": _cmd_compare, "export": _cmd_export}
 
+_PATH_HINTS: dict[type[OSError], str] = {
+    NotADirectoryError: " (a folder on that path is a file: give a path whose folders are "
+    "folders or do not exist yet)",
+    IsADirectoryError: " (a folder is where a file should be: give a file's path, or move the "
+    "folder aside)",
+    PermissionError: " (this user may not write or read there: give another path, e.g. "
+    "another --output, or change the folder's permissions)",
+}
+"""What to do about a path error, by its kind (printed after the error's own message)."""
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
@@ -314,6 +326,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.getLogger("memrl.bench").setLevel(logging.INFO)
     if not args.verbose:
         warnings.filterwarnings("ignore", category=DeprecationWarning)
+        # Ray's own deprecation notices are log records (RLlib logs one for every RLModule it
+        # builds in a process): not the user's to act on, and not above an `error:` line.
+        logging.getLogger("ray._common.deprecation").setLevel(logging.ERROR)
     if args.command is None:
         parser.print_help()
         return EXIT_USAGE
@@ -332,16 +347,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             traceback.print_exc()
         print(f"error: {err}", file=sys.stderr)
         return EXIT_USAGE
-    except (NotADirectoryError, FileExistsError) as err:  # e.g. --output a/b where a is a file
+    except (NotADirectoryError, IsADirectoryError, PermissionError, FileExistsError) as err:
+        # e.g. --output a/b where a is a file, or a folder this user may not write to
         if os.environ.get("MEMRL_DEBUG"):
             traceback.print_exc()
-        hint = (
-            " (a folder on that path is a file: give a path whose folders are folders or do "
-            "not exist yet)"
-            if isinstance(err, NotADirectoryError)
-            else ""
-        )
-        print(f"error: {err}{hint}", file=sys.stderr)
+        print(f"error: {err}{_PATH_HINTS.get(type(err), '')}", file=sys.stderr)
         return EXIT_USAGE
     except ImportError as err:
         hint = str(err) if "memrl[" in str(err) else missing_extra(err)

@@ -7,6 +7,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +66,20 @@ def memrl_cli(
         text=True,
         timeout=timeout,
     )
+
+
+def cli_error_line(capsys: Any, *argv: str) -> str:
+    """Runs the CLI in this process; asserts exit code 2 and one ``error:`` line on stderr, soon
+    and without a traceback; returns that line."""
+    from memrl.cli import main
+
+    start = time.monotonic()
+    code = main(list(argv))
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    assert "Traceback" not in err and time.monotonic() - start < 30
+    return err
 
 
 def memrl_background(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:

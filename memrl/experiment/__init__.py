@@ -6,8 +6,10 @@
 - ``train`` (the loop), ``evaluate``, ``tune`` (+ ``tune_space``): what the commands run;
 - ``run_dir``: a run directory and its checkpoints, the one owner of their file names and paths;
   ``progress``: metrics rows, the progress line, the summary; ``checkpoints``: building an
-  Algorithm and restoring a checkpoint into it; ``interrupts``: SIGTERM and lost learners
-  (``learner_health``: whether the remote learners are alive);
+  Algorithm and restoring a checkpoint into it; ``checkpoint_check``: a checkpoint checked
+  against the run's config, and the newest intact one picked (``state_files``: RLlib's state
+  files read for names and shapes, without the weights); ``interrupts``: SIGTERM and lost
+  learners (``learner_health``: whether the remote learners are alive);
 - ``ray_session``: embedded or joined Ray; ``callbacks``: per-inner-episode metrics;
 - ``loggers``: TensorBoard, Weights & Biases and MLflow (``run.loggers``);
 - ``tables``: what every benchmark writes (a printed table, parquet, PNG);

@@ -22,9 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
-from memrl.experiment.run_dir import CONFIG, METRICS
+from memrl.experiment.run_dir import CONFIG, METRICS, RunDir
 from memrl.experiment.run_plots import short_count, smoothing_window
 from memrl.experiment.tables import axis_label, format_number, read_table, write_report
 
@@ -63,7 +62,8 @@ def load_run(path: str | Path, metric: str) -> tuple[dict[str, Any], str, np.nda
 
     Raises:
         FileNotFoundError: not a run directory, or it has no metrics yet.
-        ValueError: the run never logged ``metric`` (the message lists what it has).
+        ValueError: the run never logged ``metric`` (the message lists what it has), or its
+            config.yaml or metrics.parquet cannot be read (the message names the file).
     """
 
     run = Path(path)
@@ -72,7 +72,7 @@ def load_run(path: str | Path, metric: str) -> tuple[dict[str, Any], str, np.nda
             f"{run} is not a run directory with metrics (config.yaml and metrics.parquet); "
             "give directories that `memrl train` wrote"
         )
-    config = yaml.safe_load((run / CONFIG).read_text()) or {}
+    config = RunDir(run).read_config()
     frame = read_table(run / METRICS)
     if metric not in frame or frame[metric].notna().sum() == 0:
         numeric = sorted(c for c in frame.columns if frame[c].dtype.kind in "fi")

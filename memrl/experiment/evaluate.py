@@ -35,9 +35,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from memrl.experiment.build import build_algorithm_config
+from memrl.experiment.checkpoint_check import check_checkpoint, intact_checkpoint
 from memrl.experiment.checkpoints import build_algo, restore_checkpoint
 from memrl.experiment.config import apply_overrides, parse_config
 from memrl.experiment.ray_session import ray_session
@@ -57,23 +56,30 @@ from memrl.experiment.run_report import refresh_report
 logger = logging.getLogger(__name__)
 
 
-def resolve_checkpoint(path: str | Path) -> tuple[RunDir, Path]:
-    """Accepts a checkpoint dir or a run dir (then its newest checkpoint)."""
+def resolve_checkpoint(path: str | Path, echo: Any = print) -> tuple[RunDir, Path]:
+    """Accepts a checkpoint dir or a run dir (then its newest intact checkpoint: when the
+    newest is damaged, an older one, with a line through ``echo`` that says so).
+
+    Raises:
+        FileNotFoundError: no such path, or a run without checkpoints.
+        ValueError: neither a run nor a checkpoint in one.
+        DamagedCheckpoint: the checkpoint (for a run: every one of its checkpoints) is damaged.
+    """
     p = Path(path)
     if not p.exists():
         raise FileNotFoundError(f"Checkpoint {str(p)!r} does not exist.")
     if (p / CONFIG).is_file():
         run = RunDir(p)
-        name = run.latest_checkpoint()
-        if name is None:
-            raise FileNotFoundError(f"Run {p} has no checkpoint yet.")
-        return run, p / CHECKPOINTS / name
-    if is_checkpoint_name(p.name) and (p.parent.parent / CONFIG).is_file():
-        return RunDir(p.parent.parent), p
-    raise ValueError(
-        f"{p} is neither a run directory (with config.yaml) nor a checkpoint inside one "
-        f"(RUN/checkpoints/{CHECKPOINT_PREFIX}NNNNNN)."
-    )
+        names = run.saved_checkpoints()
+    elif is_checkpoint_name(p.name) and (p.parent.parent / CONFIG).is_file():
+        run, names = RunDir(p.parent.parent), [p.name]
+    else:
+        raise ValueError(
+            f"{p} is neither a run directory (with config.yaml) nor a checkpoint inside one "
+            f"(RUN/checkpoints/{CHECKPOINT_PREFIX}NNNNNN)."
+        )
+    _, ckpt = intact_checkpoint(run, names, lambda name: run.path / CHECKPOINTS / name, echo)
+    return run, ckpt
 
 
 # What a URI run's local copy leaves out: its other checkpoints, TensorBoard files, RLlib's logdir.
@@ -81,12 +87,12 @@ NOT_COPIED = (CHECKPOINTS, TB, RLLIB_LOGDIR)
 
 
 @contextlib.contextmanager
-def open_checkpoint(location: str | Path) -> Iterator[tuple[RunDir, Path]]:
+def open_checkpoint(location: str | Path, echo: Any = print) -> Iterator[tuple[RunDir, Path]]:
     """``resolve_checkpoint`` for a local path or a run on a storage URI (s3://, gs://,
     file://). A URI run is copied for the block into a local temp dir (``run.path``): its files
-    but the folders in NOT_COPIED, and the one checkpoint asked for (or the newest)."""
+    but the folders in NOT_COPIED, and the one checkpoint asked for (or the newest intact)."""
     if not is_uri(location):
-        yield resolve_checkpoint(location)
+        yield resolve_checkpoint(location, echo)
         return
     where = str(location).rstrip("/")
     head, _, tail = where.rpartition("/")
@@ -100,21 +106,21 @@ def open_checkpoint(location: str | Path) -> Iterator[tuple[RunDir, Path]]:
                 f"{where} is neither a run (with config.yaml) nor a checkpoint inside one "
                 f"(RUN/checkpoints/{CHECKPOINT_PREFIX}NNNNNN)."
             )
-        complete = run.checkpoint_names()
-        name = name or (complete[-1] if complete else None)
-        if name is None:
-            raise FileNotFoundError(f"Run {where} has no checkpoint yet.")
-        if name not in complete:
+        saved = run.saved_checkpoints()
+        if name is not None and name not in saved:
             raise FileNotFoundError(
                 f"Checkpoint {run.uri(CHECKPOINTS, name)} does not exist or was not saved "
-                f"completely; complete ones: {', '.join(complete) or 'none'}."
+                f"completely; complete ones: {', '.join(saved) or 'none'}."
             )
         for entry in run.top_level():
             if entry not in NOT_COPIED:
                 run.download(entry, run.path / entry)
-        ckpt = run.path / CHECKPOINTS / name
-        run.download(f"{CHECKPOINTS}/{name}", ckpt)
-        yield run, ckpt
+
+        def download(checkpoint: str) -> Path:
+            run.download(f"{CHECKPOINTS}/{checkpoint}", run.path / CHECKPOINTS / checkpoint)
+            return run.path / CHECKPOINTS / checkpoint
+
+        yield run, intact_checkpoint(run, [name] if name else saved, download, echo)[1]
 
 
 UNTRAINED_DIR = Path("eval_out")
@@ -154,9 +160,8 @@ def evaluate_checkpoint(
             eval_set=eval_set,
             echo=echo,
         )
-    with open_checkpoint(checkpoint) as (run, ckpt):
-        data = yaml.safe_load(run.read_text(CONFIG))
-        exp = parse_config(apply_overrides(data, list(overrides or [])))
+    with open_checkpoint(checkpoint, echo) as (run, ckpt):
+        exp = parse_config(apply_overrides(run.read_config(), list(overrides or [])))
         return _evaluate(
             exp, run, ckpt, episodes, output, explore, replays, echo, eval_set=eval_set
         )
@@ -226,6 +231,8 @@ def _evaluate(
         name = f"{eval_set}.{ckpt.name}"
     home = run.path if run is not None else files
     algo_config = build_algorithm_config(exp.located(home))  # config mistakes before Ray
+    if ckpt is not None:  # and a checkpoint that does not fit it
+        check_checkpoint(ckpt, exp, algo_config, shown_checkpoint(run, ckpt))
     # RLlib's Trainable log dir of an evaluation holds nothing: a temp dir, not one more
     # timestamped folder in the run's rllib/ per `memrl eval`.
     with ray_session(None, num_cpus=1), tempfile.TemporaryDirectory(prefix="memrl-eval-") as tmp:
@@ -266,7 +273,7 @@ def _evaluate(
         model_path = getattr(exp.model, "path", None)
         shown = f"{exp.name}, no checkpoint" + (f" (model.path {model_path})" if model_path else "")
     else:
-        shown = run.uri(CHECKPOINTS, ckpt.name) if run.staged else str(ckpt)
+        shown = shown_checkpoint(run, ckpt)
     result: dict[str, Any] = {
         "checkpoint": shown,
         "env": exp.env.id,
@@ -309,6 +316,11 @@ def _evaluate(
     if run is not None:
         _keep_in_run(run, name, result, recorded, echo)
     return result
+
+
+def shown_checkpoint(run: RunDir, ckpt: Path) -> str:
+    """A checkpoint as the user knows it (a URI run's by its URI, not its local copy)."""
+    return run.uri(CHECKPOINTS, ckpt.name) if run.staged else str(ckpt)
 
 
 def _keep_in_run(

@@ -29,22 +29,33 @@ logger = logging.getLogger(__name__)
 FORMATS = ("hf", "lora", "rlmodule")
 
 
-def export_checkpoint(checkpoint: str | Path, fmt: str, output: str | Path) -> Path:
-    """Exports a checkpoint (or a run directory's newest one); returns the output folder.
+def export_checkpoint(
+    checkpoint: str | Path, fmt: str, output: str | Path, echo: Any = print
+) -> Path:
+    """Exports a checkpoint (or a run directory's newest intact one); returns the output folder.
+
+    The checkpoint is checked against the run's config first (checkpoint_check.py); ``echo``
+    says when a damaged newest checkpoint is passed over for an older one.
 
     Raises:
-        ValueError: unknown format, an output folder that is not empty, or a format the policy
-            does not have (hf/lora of a non-LLM policy, lora without adapters).
+        ValueError: unknown format, an output folder that is not empty, a format the policy
+            does not have (hf/lora of a non-LLM policy, lora without adapters), a damaged
+            checkpoint or one that does not fit the run's config.
         FileNotFoundError: no such checkpoint.
     """
-    from memrl.experiment.evaluate import open_checkpoint
+    from memrl.experiment.build import build_algorithm_config
+    from memrl.experiment.checkpoint_check import check_checkpoint
+    from memrl.experiment.config import parse_config
+    from memrl.experiment.evaluate import open_checkpoint, shown_checkpoint
 
     if fmt not in FORMATS:
         raise ValueError(f"--format must be one of {list(FORMATS)}, got {fmt!r}")
     out = Path(output)
     if out.exists() and any(out.iterdir()):
         raise ValueError(f"--output {out} is not empty; give a new or empty folder")
-    with open_checkpoint(checkpoint) as (run, ckpt):
+    with open_checkpoint(checkpoint, echo) as (run, ckpt):
+        exp = parse_config(run.read_config()).located(run.path)
+        check_checkpoint(ckpt, exp, build_algorithm_config(exp), shown_checkpoint(run, ckpt))
         return _export(run, ckpt, fmt, out)
 
 

@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from memrl.experiment.config import ExperimentConfig
+from memrl.experiment.config import ExperimentConfig, parse_yaml
 from memrl.experiment.learner_health import raise_if_learners_lost
 from memrl.experiment.tables import frame_of_parquet
 
@@ -175,6 +175,27 @@ class RunDir:
         with self.fs.open_input_stream(self.at(name)) as f:
             return f.read().decode()
 
+    def read_config(self) -> dict[str, Any]:
+        """The run's config.yaml as a dict (what ``parse_config`` validates).
+
+        Raises:
+            ValueError: the file is not text, not YAML or not a mapping (the message names it).
+        """
+        where = self.uri(CONFIG)
+        try:
+            data = parse_yaml(self.read_text(CONFIG))
+        except ValueError as err:  # UnicodeDecodeError is one too
+            raise ValueError(
+                f"{where} cannot be read ({err}); it is the config `memrl train` wrote for the "
+                "run: repair it, or write it again from the experiment YAML the run was started "
+                "with"
+            ) from None
+        if not isinstance(data, dict):
+            raise ValueError(
+                f"{where} must hold a mapping (the run's config), got {type(data).__name__}"
+            )
+        return data
+
     def write_bytes(self, name: str, data: bytes) -> None:
         """Writes a file of the run (``name`` may lie in a folder: ``eval/x.json``)."""
         folder, _, base = name.rpartition("/")
@@ -216,7 +237,7 @@ class RunDir:
         if not self.exists(METRICS):
             return []
         with self.fs.open_input_stream(self.at(METRICS)) as f:  # one open: see read_table
-            return frame_of_parquet(f.read()).to_dict("records")
+            return frame_of_parquet(f.read(), self.uri(METRICS)).to_dict("records")
 
     def write_metrics(self, rows: list[dict[str, Any]]) -> None:
         self.write_rows(METRICS, rows)
@@ -231,11 +252,12 @@ class RunDir:
 
     def checkpoint_names(self) -> list[str]:
         """Complete checkpoints, oldest first: with their state file and no empty state file."""
-        return [
-            n
-            for n in self.checkpoint_dirs()
-            if self.exists(CHECKPOINTS, n, STATE_FILE) and not self.empty_state_files(n)
-        ]
+        return [n for n in self.saved_checkpoints() if not self.empty_state_files(n)]
+
+    def saved_checkpoints(self) -> list[str]:
+        """Checkpoints whose save finished (their state file is there), oldest first, whether
+        or not their files are still intact (checkpoint_check.py reads them before use)."""
+        return [n for n in self.checkpoint_dirs() if self.exists(CHECKPOINTS, n, STATE_FILE)]
 
     def empty_state_files(self, name: str) -> list[str]:
         """The state files of a checkpoint directory that are empty, relative to it.
@@ -257,10 +279,6 @@ class RunDir:
             if info.type == pafs.FileType.Directory and is_checkpoint_name(info.base_name)
         ]
         return sorted(names, key=checkpoint_iteration)
-
-    def latest_checkpoint(self) -> str | None:
-        names = self.checkpoint_names()
-        return names[-1] if names else None
 
     def save_checkpoint(self, algo: Any, iteration: int, keep: int) -> str:
         """Saves the algorithm as ``checkpoints/iter_NNNNNN``; keeps the newest ``keep``.

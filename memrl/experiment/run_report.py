@@ -31,8 +31,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from memrl.experiment.memory_verdict import gain_is_clear, recalls, recent_gain_noise
 from memrl.experiment.run_dir import CONFIG, EVAL, METRICS, REPORT, RunDir, is_uri
 from memrl.experiment.tables import format_number, read_table
@@ -63,8 +61,8 @@ def write_run_report(run_dir: str | Path, output: str | Path | None = None) -> P
 
 def collect(run: Path) -> dict[str, Any]:
     """Everything the page shows, read from the run directory."""
+    config = RunDir(run).read_config()
     config_text = (run / CONFIG).read_text()
-    config = yaml.safe_load(config_text) or {}
     frame = None
     if (run / METRICS).is_file():
         frame = read_table(run / METRICS)

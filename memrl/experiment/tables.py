@@ -135,17 +135,28 @@ def read_table(path: str | Path) -> Any:
     than once, as pandas and pyarrow do (its size first, then its bytes), can pair the old file's
     size with the new file's bytes and fail with "Page was smaller than expected". One open and
     one read get one version whole.
+
+    Raises:
+        ValueError: the file is not a parquet table (the message names it).
     """
-    return frame_of_parquet(Path(path).read_bytes())
+    return frame_of_parquet(Path(path).read_bytes(), str(path))
 
 
-def frame_of_parquet(data: bytes) -> Any:
-    """The pandas frame of a parquet file's bytes."""
+def frame_of_parquet(data: bytes, source: str) -> Any:
+    """The pandas frame of a parquet file's bytes (read from ``source``).
+
+    Raises:
+        ValueError: the bytes are not a parquet table (the message names ``source``).
+    """
     import io
 
     import pandas as pd
 
-    return pd.read_parquet(io.BytesIO(data))
+    try:
+        return pd.read_parquet(io.BytesIO(data))
+    except (ValueError, OSError) as err:  # pyarrow's ArrowInvalid is a ValueError
+        detail = " ".join(str(err).split())[:200]
+        raise ValueError(f"{source} is not a readable parquet table ({detail})") from None
 
 
 def add_output_arguments(parser: argparse.ArgumentParser, name: str) -> None:

@@ -5,13 +5,15 @@ writing a metrics row and a progress line per iteration and a checkpoint every
 ``run.checkpoint_every`` iterations, until a stop criterion, SIGTERM or a lost learner
 (interrupts.py). What the run directory holds is described in run_dir.py.
 
-``--resume`` continues from the newest checkpoint: the iteration counter goes on, rows of
-iterations after that checkpoint (whose effects were lost with the kill) are dropped and redone,
-and the restored weights are pushed to every env runner explicitly.
+``--resume`` continues from the newest intact checkpoint, checked against the run's config first
+(checkpoint_check.py): the iteration counter goes on, rows of iterations after that checkpoint
+(whose effects were lost with the kill) are dropped and redone, and the restored weights are
+pushed to every env runner explicitly.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import time
@@ -21,6 +23,7 @@ from typing import Any
 import yaml
 
 from memrl.experiment.build import build_algorithm_config, check_resources, validate_env
+from memrl.experiment.checkpoint_check import check_checkpoint, intact_checkpoint
 from memrl.experiment.checkpoints import build_algo, restore_checkpoint
 from memrl.experiment.config import ExperimentConfig, parse_config
 from memrl.experiment.interrupts import StopOnSigterm, lost_learner_ends_run
@@ -58,22 +61,39 @@ def train(
 
     ``run_dir``: where the run goes (a path or a URI; default: see ``run_location``).
 
+    ``resume`` continues from the newest intact checkpoint (an older one, said so, when the
+    newest is damaged), once it is checked against the run's config (checkpoint_check.py).
+
     Raises:
-        ValueError: bad config or resources, an existing run without --resume, or --resume with
-            nothing to resume.
+        ValueError: bad config or resources, an existing run without --resume, --resume with
+            nothing to resume, or a checkpoint that is damaged or does not fit the config.
         RunInterrupted: an actor training cannot do without (a learner) was lost.
     """
+    # A URI run's checkpoint is copied here once, for the check and for the restore.
+    with contextlib.ExitStack() as copies:
+        return _train(exp, run_dir, resume, address, dashboard, echo, copies)
+
+
+def _train(
+    exp: ExperimentConfig,
+    run_dir: str | os.PathLike[str] | None,
+    resume: bool,
+    address: str | None,
+    dashboard: bool,
+    echo: Any,
+    copies: contextlib.ExitStack,
+) -> RunDir:
     location = run_location(exp, run_dir)
     run = RunDir(location, local_dir(exp, location))
     rows: list[dict[str, Any]] = []
-    checkpoint = None
+    checkpoint = path = None
     if resume:
         if not run.exists(CONFIG):
             raise ValueError(
                 f"--resume: {run.location} has no {CONFIG}; nothing to resume. "
                 "Drop --resume to start a new run."
             )
-        saved = parse_config(yaml.safe_load(run.read_text(CONFIG)))
+        saved = parse_config(run.read_config())
         exp = replace(
             saved,
             run=replace(
@@ -83,8 +103,11 @@ def train(
                 stop_seconds=exp.run.stop_seconds,
             ),
         )
-        checkpoint = run.latest_checkpoint()
-        if checkpoint is not None:
+        names = run.saved_checkpoints()
+        if names:
+            checkpoint, path = intact_checkpoint(
+                run, names, lambda name: copies.enter_context(run.local_checkpoint(name)), echo
+            )
             done = checkpoint_iteration(checkpoint)
             rows = [r for r in run.read_metrics() if r["training_iteration"] <= done]
     elif run.exists(METRICS) or run.checkpoint_dirs():
@@ -100,6 +123,8 @@ def train(
     start_wall = time.time()
     # Mistakes in the config surface here, before Ray starts.
     algo_config = build_algorithm_config(exp.located(run.path))
+    if path is not None:
+        check_checkpoint(path, exp, algo_config, run.uri(CHECKPOINTS, checkpoint))
     with ray_session(address, dashboard=dashboard) as info:
         check_resources(
             exp,
@@ -115,8 +140,7 @@ def train(
                     f"resuming from {run.uri(CHECKPOINTS, checkpoint)} "
                     f"(iteration {checkpoint_iteration(checkpoint)})"
                 )
-                with run.local_checkpoint(checkpoint) as path:
-                    restore_checkpoint(algo, path)
+                restore_checkpoint(algo, path)
             run.write_metrics(rows)
             loggers = RunLoggers(
                 exp.run.loggers, run.path, exp.name, exp.to_dict(), first_iteration=algo.iteration

@@ -111,7 +111,14 @@ def llm_run(tmp_path_factory):
     module.save_to_path(str(ckpt / POLICY_MODULE))
     # A checkpoint counts once the algorithm's state file is there (export reads only the module).
     (ckpt / STATE_FILE).write_bytes(pickle.dumps({}))
-    (run / "config.yaml").write_text(yaml.safe_dump({"name": "run", "model": {"type": "llm"}}))
+    # The config that trains this module (export checks the checkpoint against it).
+    run_config = {
+        "name": "run",
+        "env": {"id": "memrl/DocQA-v0", "config": {"synthetic_passages": 60, "objectives": 1}},
+        "algorithm": {"name": "mem1"},
+        "model": {"type": "llm", **config},
+    }
+    (run / "config.yaml").write_text(yaml.safe_dump(run_config))
     ids = torch.tensor([tok("Paris is the capital")["input_ids"]])
     with torch.no_grad():
         trained = module.policy.lm(input_ids=ids).logits
