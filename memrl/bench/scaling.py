@@ -13,17 +13,19 @@ driver's learner (``memo`` and ``memo-overlap``), plus comparison rows: RLlib's 
 (gymnasium's SyncVectorEnv of single envs, action normalization, the default connectors) at 8
 envs (RLlib's default setting) and at ``--envs-per-runner`` envs, memrl's defaults with
 SyncVectorEnv stepping, and more envs per runner (``--more-envs``). The ceiling is the raw
-speed of one env stepped in a plain loop in one process, random actions; the native vectorized
-env alone is reported too.
+scalar env: one env (as ``make_env`` builds it, what the episode path steps) in a plain loop in
+one process, random actions; beside it the raw native vector env, its envs stepped together, both
+measured back to back before and after every setting.
 
 Columns: ``pipeline_steps_per_s`` (env steps per wall second of whole ``train()`` iterations:
 sampling + learning + weight sync), ``sampling_steps_per_s`` (a sampling-only round of one train
 batch on the env runners), ``learner_steps_per_s`` (the train batch over RLlib's
 ``learner_update_timer``: all epochs and minibatches); ``*_per_cpu_s``: the same steps per CPU
 second of the processes involved (driver, env runners, learners; the sampling processes for
-sampling), and ``*_frac_of_raw`` / ``*_cpu_frac_of_raw``: fractions of the raw env speed, per wall
-second (raw measured right before and after each setting) and per CPU second. On a shared machine
-the per-CPU-second fractions are the stable figures: wall-clock rates swing with other users' load.
+sampling), and ``*_frac_of_raw`` / ``*_cpu_frac_of_raw``: fractions of the raw scalar env's
+speed, per wall second (raw measured right before and after each setting) and per CPU second. On a
+shared machine the per-CPU-second fractions are the stable figures: wall-clock rates swing with
+other users' load.
 Ray is started with at least 1 + runners + learners logical CPUs, which may be more than the
 machine's cores (then the processes share them).
 """
@@ -43,6 +45,8 @@ from memrl.experiment.tables import Plot, add_output_arguments, write_report
 NAME = "scaling"
 ENV_ID = "memrl/DarkKeyToDoor-v0"
 ENV_CONFIG = {"size": 5, "episode_len": 20, "trial_len": 100}
+RAW_SCALAR = ("raw scalar env", 1, "none")
+"""(setting, envs, vectorize) of the raw scalar env's row: the ceiling the fractions are of."""
 logger = logging.getLogger(__name__)
 
 
@@ -97,8 +101,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def raw_env_speed(steps: int, seed: int = 0) -> tuple[float, float]:
-    """Env steps per wall second and per CPU second of one Dark-Key-To-Door env in a plain loop
-    (random actions)."""
+    """Env steps per wall second and per CPU second of the raw scalar env: one Dark-Key-To-Door
+    env as ``make_env`` builds it, in a plain loop (random actions)."""
     import numpy as np
 
     from memrl.envs import make_env
@@ -134,6 +138,47 @@ def raw_vector_env_speed(num_envs: int, steps: int, seed: int = 0) -> tuple[floa
     env.close()
     done = rounds * num_envs
     return done / elapsed, done / max(cpu, 1e-9)
+
+
+def raw_speeds(steps: int, vec_envs: int) -> dict[tuple[str, int, str], tuple[float, float]]:
+    """One measurement of the raw envs, back to back (the same load): the scalar env for
+    ``steps`` steps, then the native vector env of ``vec_envs`` envs; each (steps per wall second,
+    per CPU second), keyed by (setting, envs, vectorize) of its row."""
+    return {
+        RAW_SCALAR: raw_env_speed(steps),
+        (f"raw vector env, {vec_envs} envs", vec_envs, "vector"): raw_vector_env_speed(
+            vec_envs, max(steps, 20 * vec_envs)
+        ),
+    }
+
+
+def raw_rows(raws: list[dict[tuple[str, int, str], tuple[float, float]]]) -> list[dict[str, Any]]:
+    """The table's raw rows from ``raw_speeds`` measurements: the scalar env, then the vector env
+    beside it; each the median of its measurements, with its fractions of the scalar env's."""
+    medians = {
+        key: tuple(statistics.median(r[key][i] for r in raws) for i in (0, 1)) for key in raws[0]
+    }
+    raw_wall, raw_cpu = medians[RAW_SCALAR]
+    return [
+        {
+            "setting": label,
+            "env_runners": 0,
+            "learners": 0,
+            "envs_per_runner": envs,
+            "vectorize": mode,
+            "pipeline_steps_per_s": wall,
+            "pipeline_steps_per_cpu_s": cpu,
+            "sampling_steps_per_s": wall,
+            "sampling_steps_per_cpu_s": cpu,
+            "learner_steps_per_s": float("nan"),
+            "raw_steps_per_s": raw_wall,
+            "pipeline_frac_of_raw": wall / raw_wall,
+            "sampling_frac_of_raw": wall / raw_wall,
+            "pipeline_cpu_frac_of_raw": cpu / raw_cpu,
+            "sampling_cpu_frac_of_raw": cpu / raw_cpu,
+        }
+        for (label, envs, mode), (wall, cpu) in medians.items()
+    ]
 
 
 def experiment(
@@ -351,9 +396,10 @@ def run(args: argparse.Namespace) -> int:
     if args.quick:
         args.iters, args.raw_steps = 1, 20_000
     todo = settings(args)
-    # The machine may be shared: the raw env is measured right before and after every setting,
+    # The machine may be shared: the raw envs are measured right before and after every setting,
     # and each setting's fractions are taken against the mean of those two (the same load).
-    raws = [raw_env_speed(args.raw_steps)]
+    vec_envs = max(args.envs_per_runner, args.more_envs or 0)
+    raws = [raw_speeds(args.raw_steps, vec_envs)]
     rows: list[dict[str, Any]] = []
     need = max((1 + r + n for r, n, _, _ in todo), default=1)
     cores = os.cpu_count() or 1
@@ -363,8 +409,8 @@ def run(args: argparse.Namespace) -> int:
             config = experiment(runners, learners, envs, args, mode)
             compiled = bool(config["model"].get("compile_learner"))
             figures = measure(config, args.iters, Path(tmp), warmup=3 if compiled else 1)
-            raws.append(raw_env_speed(args.raw_steps))
-            raw_wall = (raws[-2][0] + raws[-1][0]) / 2
+            raws.append(raw_speeds(args.raw_steps, vec_envs))
+            raw_wall = (raws[-2][RAW_SCALAR][0] + raws[-1][RAW_SCALAR][0]) / 2
             rows.append(
                 {
                     "setting": label,
@@ -379,41 +425,13 @@ def run(args: argparse.Namespace) -> int:
                 }
             )
             logger.info("%s: %s", label, rows[-1])
-    raw_cpu = statistics.median(r[1] for r in raws)
+    raw_cpu = statistics.median(r[RAW_SCALAR][1] for r in raws)
     for row in rows:
         row["pipeline_cpu_frac_of_raw"] = row["pipeline_steps_per_cpu_s"] / raw_cpu
         row["sampling_cpu_frac_of_raw"] = row["sampling_steps_per_cpu_s"] / raw_cpu
+    rows[:0] = raw_rows(raws)
+    for row in rows:
         row["cpu_cores"] = cores
-    raw_wall = statistics.median(r[0] for r in raws)
-    vec_envs = max(args.envs_per_runner, args.more_envs or 0)
-    vec_wall, vec_cpu = raw_vector_env_speed(vec_envs, max(args.raw_steps, 20 * vec_envs))
-    for i, (label, envs, mode, wall, cpu) in enumerate(
-        [
-            ("raw env", 1, "none", raw_wall, raw_cpu),
-            (f"raw vector env, {vec_envs} envs", vec_envs, "vector", vec_wall, vec_cpu),
-        ]
-    ):
-        rows.insert(
-            i,
-            {
-                "setting": label,
-                "env_runners": 0,
-                "learners": 0,
-                "envs_per_runner": envs,
-                "vectorize": mode,
-                "pipeline_steps_per_s": wall,
-                "pipeline_steps_per_cpu_s": cpu,
-                "sampling_steps_per_s": wall,
-                "sampling_steps_per_cpu_s": cpu,
-                "learner_steps_per_s": float("nan"),
-                "raw_steps_per_s": raw_wall,
-                "pipeline_frac_of_raw": wall / raw_wall,
-                "sampling_frac_of_raw": wall / raw_wall,
-                "pipeline_cpu_frac_of_raw": cpu / raw_cpu,
-                "sampling_cpu_frac_of_raw": cpu / raw_cpu,
-                "cpu_cores": cores,
-            },
-        )
     write_report(
         NAME,
         rows,
@@ -428,13 +446,13 @@ def run(args: argparse.Namespace) -> int:
                 x="setting",
                 y="sampling_cpu_frac_of_raw",
                 kind="bar",
-                title="sampling / raw env (per CPU second)",
+                title="sampling / raw scalar env (per CPU second)",
             ),
             Plot(
                 x="setting",
                 y="pipeline_cpu_frac_of_raw",
                 kind="bar",
-                title="whole loop / raw env (per CPU second)",
+                title="whole loop / raw scalar env (per CPU second)",
             ),
             Plot(x="setting", y="learner_steps_per_s", kind="bar", title="learner, steps/s"),
         ],

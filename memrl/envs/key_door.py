@@ -19,6 +19,7 @@ an inner episode ``inner_episode_done=True``, ``inner_episode_return``, ``inner_
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -36,26 +37,71 @@ MOVES = np.array([[0, 0], [0, 1], [0, -1], [-1, 0], [1, 0]], dtype=np.int64)
 NUM_ACTIONS = len(MOVES)
 
 
+def cell_of(pos: tuple[int, int], size: int) -> int:
+    """The number of cell ``pos`` = (x, y) on a ``size`` x ``size`` grid: ``x + size * y`` (also
+    elementwise, for arrays of x and y)."""
+    return pos[0] + size * pos[1]
+
+
+def pos_of(cell: int, size: int) -> tuple[int, int]:
+    """The (x, y) of a cell number (``cell_of``'s inverse; also elementwise, for an array)."""
+    return cell % size, cell // size
+
+
+@functools.cache
+def move_table(size: int) -> tuple[int, ...]:
+    """The movement rule: entry ``action * size**2 + cell`` is the cell that ``action`` leads to
+    from ``cell`` (moves are clipped at the walls)."""
+    cells = np.arange(size * size)
+    x, y = pos_of(cells, size)
+    to_x = np.clip(x + MOVES[:, :1], 0, size - 1)  # (NUM_ACTIONS, size**2)
+    to_y = np.clip(y + MOVES[:, 1:], 0, size - 1)
+    return tuple(cell_of((to_x, to_y), size).ravel().tolist())
+
+
 def moved(pos: tuple[int, int], action: int, size: int) -> tuple[int, int]:
     """The cell that ``action`` leads to from ``pos`` on a ``size`` x ``size`` grid (moves are
     clipped at the walls)."""
-    dx, dy = (int(d) for d in MOVES[action])
-    return min(max(pos[0] + dx, 0), size - 1), min(max(pos[1] + dy, 0), size - 1)
+    return pos_of(move_table(size)[action * size * size + cell_of(pos, size)], size)
+
+
+def draw_layout(rng: np.random.Generator, size: int) -> tuple[int, int, int]:
+    """The start, key and door cells of a new trial, drawn uniformly and independently."""
+    xys = rng.integers(0, size, size=(3, 2)).tolist()
+    start, key, door = (cell_of(xy, size) for xy in xys)
+    return start, key, door
+
+
+def where(mask: Any, a: Any, b: Any) -> Any:
+    """``a`` where ``mask`` holds, else ``b``: numpy's where for a bool array ``mask``, a
+    conditional for a bool."""
+    if isinstance(mask, np.ndarray):
+        return np.where(mask, a, b)
+    return a if mask else b
 
 
 class KeyDoorCore:
-    """The state and rules of ``n`` Dark-Key-To-Door trials, stepped together with numpy.
+    """The state and rules of Dark-Key-To-Door trials: one trial in plain Python scalars
+    (``n=None``: ``DarkKeyToDoorEnv``) or ``n`` trials in (n,) numpy arrays
+    (``DarkKeyToDoorVectorEnv``).
 
-    Both envs are built on it: ``DarkKeyToDoorEnv`` is one trial (n = 1), and
-    ``DarkKeyToDoorVectorEnv`` n of them with gymnasium's autoreset; the rules live only here.
-    Arrays are indexed by env: ``pos``, ``start``, ``key``, ``door`` (n, 2) cells; ``has_key`` (n,);
-    ``t`` (n,) steps into the inner episode; ``trial_t`` (n,) into the trial; ``inner`` (n,) the
-    inner episode's index; ``inner_return`` (n,).
+    Each rule is one line that both envs run: it uses only what means the same on Python ints
+    and bools as on numpy arrays elementwise (arithmetic, comparisons, ``&``, ``|``, ``^ True``
+    for not, lookups in tables built once per grid, ``where``), so the single env steps without
+    numpy's per-call cost and the vector env without a Python loop over envs. Only where the
+    state lives differs (allocation, writing a new layout, ``where``, packing the observation);
+    tests/envs/test_key_door_vector.py holds the two envs to the same trajectories.
+
+    State, per trial (an int, bool or float; or an (n,) array of them): cells ``pos``, ``start``,
+    ``key``, ``door`` (numbered by ``cell_of``); ``has_key``; ``t`` steps into the inner episode;
+    ``trial_t`` into the trial; ``inner`` the inner episode's index; ``inner_return``. A step
+    replaces these arrays instead of writing into them, so an array handed out in an info keeps
+    its values (only a new layout is written in place, into ``start``, ``key`` and ``door``).
     """
 
     def __init__(
         self,
-        n: int,
+        n: int | None,
         size: int,
         episode_len: int,
         trial_len: int,
@@ -78,112 +124,129 @@ class KeyDoorCore:
         self.base = 4 + (0 if self.dark else 4)
         """Where the in-context inputs start in an observation."""
         self.obs_dim = self.base + (NUM_ACTIONS + 2 if self.in_context_inputs else 0)
-        self.start = np.zeros((n, 2), np.int64)
-        self.key = np.zeros((n, 2), np.int64)
-        self.door = np.zeros((n, 2), np.int64)
-        self.pos = np.zeros((n, 2), np.int64)
-        self.has_key = np.zeros(n, bool)
-        self.t = np.zeros(n, np.int64)
-        self.trial_t = np.zeros(n, np.int64)
-        self.inner = np.zeros(n, np.int64)
-        self.inner_return = np.zeros(n, np.float64)
+        self.cells = size * size
+        table = move_table(size)
+        xys = [pos_of(cell, size) for cell in range(self.cells)]
+        x_obs, y_obs = (tuple(v / size for v in vs) for vs in zip(*xys, strict=True))
+        if n is None:
+            self.next_cell, self.x_obs, self.y_obs = table, x_obs, y_obs
+            self.start = self.key = self.door = self.pos = 0
+            self.has_key = False
+            self.t = self.trial_t = self.inner = 0
+            self.inner_return = 0.0
+        else:
+            self.next_cell = np.array(table, np.int64)
+            self.x_obs, self.y_obs = np.array(x_obs), np.array(y_obs)
+            self.start = np.zeros(n, np.int64)
+            self.key = np.zeros(n, np.int64)
+            self.door = np.zeros(n, np.int64)
+            self.pos = np.zeros(n, np.int64)
+            self.has_key = np.zeros(n, bool)
+            self.t = np.zeros(n, np.int64)
+            self.trial_t = np.zeros(n, np.int64)
+            self.inner = np.zeros(n, np.int64)
+            self.inner_return = np.zeros(n, np.float64)
 
     def observation_space(self) -> gym.spaces.Box:
         """The space of one env's observation."""
         return gym.spaces.Box(-1.0, 1.0, shape=(self.obs_dim,), dtype=np.float32)
 
-    def new_trials(self, envs: np.ndarray, rngs: Sequence[np.random.Generator]) -> None:
-        """Draws a fresh layout for each env in ``envs`` from its own generator ``rngs[i]``."""
-        for i in envs:
-            cells = rngs[i].integers(0, self.size, size=(3, 2))
-            self.start[i], self.key[i], self.door[i] = cells[0], cells[1], cells[2]
-        self.trial_t[envs] = 0
-        self.inner[envs] = 0
+    def new_trials(self, envs: Any, rngs: Sequence[np.random.Generator]) -> None:
+        """Draws a fresh layout for the trials in ``envs`` (True for the one trial, or an (n,)
+        bool mask), trial i from its own generator ``rngs[i]``."""
+        if self.n is None:
+            self.start, self.key, self.door = draw_layout(rngs[0], self.size)
+        else:
+            for i in np.flatnonzero(envs):
+                self.start[i], self.key[i], self.door[i] = draw_layout(rngs[i], self.size)
+        self.trial_t = where(envs, 0, self.trial_t)
+        self.inner = where(envs, 0, self.inner)
         self.soft_reset(envs)
 
-    def soft_reset(self, envs: np.ndarray) -> None:
-        """Starts a new inner episode: back at the start cell, without the key; layout kept."""
-        self.pos[envs] = self.start[envs]
-        self.has_key[envs] = False
-        self.t[envs] = 0
-        self.inner_return[envs] = 0.0
+    def soft_reset(self, envs: Any) -> None:
+        """Starts a new inner episode in ``envs`` (a bool or an (n,) bool mask): back at the
+        start cell, without the key; layout kept."""
+        self.pos = where(envs, self.start, self.pos)
+        self.has_key = where(envs, False, self.has_key)
+        self.t = where(envs, 0, self.t)
+        self.inner_return = where(envs, 0.0, self.inner_return)
 
-    def move(
-        self, actions: np.ndarray, live: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """One step of the envs in ``live`` (bool (n,)); the others stand still.
+    def move(self, actions: Any, live: Any) -> tuple[Any, Any, Any, Any]:
+        """One step of the trials where ``live`` holds; the others stand still and get nothing.
+
+        Args:
+            actions: the action, or (n,) int64 actions.
+            live: True, or an (n,) bool mask.
 
         Returns:
-            (reward, success, trial_over, inner_done), each (n,): +1 on first reaching the key
-            and on reaching the door with it (success); the trial's time is up; the inner
-            episode ends (success, its time is up, or the trial's).
+            (reward, success, trial_over, inner_done), each a scalar or (n,): +1 on first
+            reaching the key and on reaching the door with it (success); the trial's time is up;
+            the inner episode ends (success, its time is up, or the trial's).
         """
-        pos = np.clip(self.pos + MOVES[actions], 0, self.size - 1)
-        self.pos = np.where(live[:, None], pos, self.pos)
-        self.t += live
-        self.trial_t += live
-        at_key = (self.pos == self.key).all(axis=1)
-        at_door = (self.pos == self.door).all(axis=1)
-        got_key = live & ~self.has_key & at_key
-        success = live & self.has_key & at_door
-        self.has_key |= got_key
-        reward = (got_key | success).astype(np.float64)
-        self.inner_return += reward
+        self.pos = self.next_cell[actions * live * self.cells + self.pos]  # a standing env no-ops
+        self.t = self.t + live
+        self.trial_t = self.trial_t + live
+        success = live & self.has_key & (self.pos == self.door)
+        got_key = live & (self.has_key ^ True) & (self.pos == self.key)
+        self.has_key = self.has_key | got_key
+        reward = (got_key | success) * 1.0
+        self.inner_return = self.inner_return + reward
         trial_over = live & (self.trial_t >= self.trial_len)
         inner_done = live & (success | (self.t >= self.episode_len) | trial_over)
         return reward, success, trial_over, inner_done
 
-    def inner_episode_info(self, success: np.ndarray) -> dict[str, np.ndarray]:
+    def inner_episode_info(self, success: Any, inner_done: Any) -> dict[str, Any]:
         """What an ending inner episode reports (read before ``next_inner_episodes``)."""
         return {
-            "inner_episode": self.inner.copy(),
-            "inner_episode_step": self.t.copy(),
-            "inner_episode_return": self.inner_return.copy(),
-            "inner_episode_success": success.copy(),
+            "inner_episode": self.inner,
+            "inner_episode_step": self.t,
+            "inner_episode_done": inner_done,
+            "inner_episode_return": self.inner_return,
+            "inner_episode_success": success,
         }
 
-    def next_inner_episodes(self, inner_done: np.ndarray, trial_over: np.ndarray) -> None:
-        """Soft-resets the envs whose inner episode ended within a trial that goes on."""
-        soft = np.flatnonzero(inner_done & ~trial_over)
-        self.inner[soft] += 1
+    def next_inner_episodes(self, inner_done: Any, trial_over: Any) -> None:
+        """Soft-resets the trials whose inner episode ended within a trial that goes on."""
+        soft = inner_done & (trial_over ^ True)
+        self.inner = self.inner + soft
         self.soft_reset(soft)
 
-    def ends(self, trial_over: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def ends(self, trial_over: Any) -> tuple[Any, Any]:
         """(terminated, truncated) of a trial that ended on time: truncated (its last state's
         value is bootstrapped) or, with trial_end="terminate", terminated."""
-        never = np.zeros_like(trial_over)
+        never = trial_over & False
         if self.trial_end == "terminate":
-            return trial_over.copy(), never
-        return never, trial_over.copy()
+            return trial_over, never
+        return never, trial_over
 
-    def observe(self, prev_action: np.ndarray | None, prev_reward: np.ndarray) -> np.ndarray:
-        """A fresh (n, obs_dim) float32 array (RLlib keeps each row, so buffers are not reused).
+    def observe(self, prev_action: Any, prev_reward: Any) -> np.ndarray:
+        """A fresh float32 observation: (obs_dim,) for the one trial, (n, obs_dim) for n (RLlib
+        keeps each row, so buffers are not reused).
 
         Args:
-            prev_action: (n,) the action of the step that led here, -1 for none; None: none.
-            prev_reward: (n,) its reward.
+            prev_action: the action of the step that led here (an (n,) array: -1 for none);
+                None: none.
+            prev_reward: its reward (scalar or (n,)).
         """
-        s = self.size
-        obs = np.zeros((self.n, self.obs_dim), np.float32)
-        obs[:, 0:2] = self.pos / s
-        obs[:, 2] = self.has_key
-        obs[:, 3] = self.t / self.episode_len
+        pos = self.pos
+        cols = [self.x_obs[pos], self.y_obs[pos], self.has_key, self.t / self.episode_len]
         if not self.dark:
-            obs[:, 4:6] = self.key / s
-            obs[:, 6:8] = self.door / s
+            key, door = self.key, self.door
+            cols += [self.x_obs[key], self.y_obs[key], self.x_obs[door], self.y_obs[door]]
         if self.in_context_inputs:
-            base = self.base
-            if prev_action is not None:
-                acted = np.flatnonzero(prev_action >= 0)
-                obs[acted, base + prev_action[acted]] = 1.0
-            obs[:, base + NUM_ACTIONS] = prev_reward
-            obs[:, base + NUM_ACTIONS + 1] = self.t == 0
+            cols += [prev_action == a for a in range(NUM_ACTIONS)]
+            cols += [prev_reward, self.t == 0]
+        if self.n is None:
+            return np.array(cols, np.float32)
+        obs = np.empty((self.n, self.obs_dim), np.float32)
+        for j, col in enumerate(cols):
+            obs[:, j] = col
         return obs
 
 
 class DarkKeyToDoorEnv(gym.Env):
     """The Dark-Key-To-Door grid world; one env episode is one trial of many inner episodes
-    (``KeyDoorCore`` with one env)."""
+    (``KeyDoorCore`` on plain Python scalars)."""
 
     metadata = {"render_modes": ["ansi"]}
 
@@ -197,7 +260,9 @@ class DarkKeyToDoorEnv(gym.Env):
         render_mode: str | None = None,
         trial_end: str = "truncate",
     ) -> None:
-        self.core = KeyDoorCore(1, size, episode_len, trial_len, dark, in_context_inputs, trial_end)
+        self.core = KeyDoorCore(
+            None, size, episode_len, trial_len, dark, in_context_inputs, trial_end
+        )
         if render_mode not in (None, "ansi"):
             raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
         self.size, self.episode_len, self.trial_len = size, episode_len, trial_len
@@ -210,53 +275,46 @@ class DarkKeyToDoorEnv(gym.Env):
     # The hidden layout, for tests and renderers.
     @property
     def agent_pos(self) -> tuple[int, int]:
-        return int(self.core.pos[0, 0]), int(self.core.pos[0, 1])
+        return pos_of(self.core.pos, self.size)
 
     @property
     def key_pos(self) -> tuple[int, int]:
-        return int(self.core.key[0, 0]), int(self.core.key[0, 1])
+        return pos_of(self.core.key, self.size)
 
     @property
     def door_pos(self) -> tuple[int, int]:
-        return int(self.core.door[0, 0]), int(self.core.door[0, 1])
+        return pos_of(self.core.door, self.size)
 
     @property
     def start_pos(self) -> tuple[int, int]:
-        return int(self.core.start[0, 0]), int(self.core.start[0, 1])
+        return pos_of(self.core.start, self.size)
 
     @property
     def has_key(self) -> bool:
-        return bool(self.core.has_key[0])
+        return self.core.has_key
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
         """Starts a new trial with a freshly drawn layout."""
         super().reset(seed=seed)
-        self.core.new_trials(np.zeros(1, np.int64), [self.np_random])
-        return self.core.observe(None, np.zeros(1))[0], self._info()
+        self.core.new_trials(True, [self.np_random])
+        return self.core.observe(None, 0.0), self._info()
 
     def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         action = int(action)
         if not 0 <= action < NUM_ACTIONS:
             raise ValueError(f"action must be in [0, {NUM_ACTIONS}), got {action}")
-        actions = np.full(1, action, np.int64)
         core = self.core
-        reward, success, trial_over, inner_done = core.move(actions, np.ones(1, bool))
-        info = self._info()
-        if inner_done[0]:
-            ending = core.inner_episode_info(success)
-            info = {
-                "inner_episode": int(ending["inner_episode"][0]),
-                "inner_episode_step": int(ending["inner_episode_step"][0]),
-                "inner_episode_done": True,
-                "inner_episode_return": float(ending["inner_episode_return"][0]),
-                "inner_episode_success": bool(success[0]),
-            }
-            core.next_inner_episodes(inner_done, trial_over)
-        obs = core.observe(actions, reward)[0]
+        reward, success, trial_over, inner_done = core.move(action, True)
+        if inner_done:
+            info = core.inner_episode_info(success, True)
+            core.next_inner_episodes(True, trial_over)
+        else:
+            info = self._info()
+        obs = core.observe(action, reward)
         terminated, truncated = core.ends(trial_over)
-        return obs, float(reward[0]), bool(terminated[0]), bool(truncated[0]), info
+        return obs, reward, terminated, truncated, info
 
     def render(self) -> str | None:
         if self.render_mode != "ansi":
@@ -279,7 +337,7 @@ class DarkKeyToDoorEnv(gym.Env):
         return "\n".join(rows)
 
     def _info(self) -> dict[str, Any]:
-        return {"inner_episode": int(self.core.inner[0]), "inner_episode_step": int(self.core.t[0])}
+        return {"inner_episode": self.core.inner, "inner_episode_step": self.core.t}
 
 
 class DarkKeyToDoorVectorEnv(NextStepVectorEnv):
@@ -325,8 +383,8 @@ class DarkKeyToDoorVectorEnv(NextStepVectorEnv):
     ) -> tuple[np.ndarray, dict[str, Any]]:
         """Starts a new trial in every env; ``seed`` is an int (env i gets seed + i) or a list."""
         self._seed(seed)
-        self.core.new_trials(np.arange(self.num_envs), self._rngs)
-        return self.core.observe(None, np.zeros(self.num_envs)), {}
+        self.core.new_trials(np.ones(self.num_envs, bool), self._rngs)
+        return self.core.observe(None, 0.0), {}
 
     def step(
         self, actions: np.ndarray
@@ -336,13 +394,13 @@ class DarkKeyToDoorVectorEnv(NextStepVectorEnv):
         reward, success, trial_over, inner_done = core.move(actions, live)
         infos: dict[str, Any] = {}
         if inner_done.any():
-            ending = {**core.inner_episode_info(success), "inner_episode_done": inner_done.copy()}
-            infos = ending_infos(ending, inner_done)
+            infos = ending_infos(core.inner_episode_info(success, inner_done), inner_done)
             core.next_inner_episodes(inner_done, trial_over)
         prev_action = np.where(live, actions, -1)
         if restart.any():
-            core.new_trials(np.flatnonzero(restart), self._rngs)
+            core.new_trials(restart, self._rngs)
         self._needs_reset = trial_over
         obs = core.observe(prev_action, reward)
-        terminated, truncated = core.ends(trial_over)
+        # A copy: what the caller does with its arrays must not change which envs reset next.
+        terminated, truncated = core.ends(trial_over.copy())
         return obs, reward, terminated, truncated, infos

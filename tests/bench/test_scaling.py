@@ -91,3 +91,25 @@ def test_raw_env_speed_is_a_positive_rate():
     assert per_cpu_s >= per_wall_s * 0.5  # a CPU second is never much longer than a wall second
     per_wall_s, per_cpu_s = scaling.raw_vector_env_speed(16, 2000)
     assert math.isfinite(per_wall_s) and per_wall_s > 0 and math.isfinite(per_cpu_s)
+
+
+def test_raw_rows_put_the_vector_env_beside_the_scalar_env_and_divide_by_the_scalar_one():
+    measured = scaling.raw_speeds(2000, 16)
+    vector = ("raw vector env, 16 envs", 16, "vector")
+    assert list(measured) == [scaling.RAW_SCALAR, vector]
+    assert all(wall > 0 and cpu > 0 for wall, cpu in measured.values())
+    # Three rounds (before, between and after two settings): each row is its own median.
+    raws = [
+        {scaling.RAW_SCALAR: (100.0, 110.0), vector: (1000.0, 1200.0)},
+        {scaling.RAW_SCALAR: (80.0, 100.0), vector: (3000.0, 1500.0)},
+        {scaling.RAW_SCALAR: (120.0, 90.0), vector: (2000.0, 1000.0)},
+    ]
+    scalar_row, vector_row = scaling.raw_rows(raws)
+    assert (scalar_row["setting"], scalar_row["envs_per_runner"]) == ("raw scalar env", 1)
+    assert (vector_row["setting"], vector_row["envs_per_runner"]) == vector[:2]
+    assert scalar_row["sampling_steps_per_s"] == 100.0 and scalar_row["sampling_frac_of_raw"] == 1
+    assert vector_row["sampling_steps_per_s"] == 2000.0
+    assert vector_row["sampling_steps_per_cpu_s"] == 1200.0
+    assert vector_row["raw_steps_per_s"] == 100.0
+    assert vector_row["sampling_frac_of_raw"] == pytest.approx(20.0)
+    assert vector_row["pipeline_cpu_frac_of_raw"] == pytest.approx(1200.0 / 100.0)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from memrl.envs import make_env
-from memrl.envs.key_door import DarkKeyToDoorEnv
+from memrl.envs.key_door import DarkKeyToDoorEnv, cell_of, moved
 
 NOOP, UP, DOWN, LEFT, RIGHT = range(5)
 
@@ -14,8 +14,8 @@ NOOP, UP, DOWN, LEFT, RIGHT = range(5)
 def place(env: DarkKeyToDoorEnv, start, key, door) -> None:
     """Puts a fresh trial's layout where the test wants it (hidden state of the env)."""
     core = env.core
-    core.start[0], core.key[0], core.door[0] = start, key, door
-    core.soft_reset(np.zeros(1, np.int64))
+    core.start, core.key, core.door = (cell_of(pos, env.size) for pos in (start, key, door))
+    core.soft_reset(True)
 
 
 def walk(env, actions):
@@ -132,6 +132,41 @@ def test_new_trial_redraws_layout_and_seed_reproduces_it():
     first = (env.start_pos, env.key_pos, env.door_pos)
     env.reset(seed=7)
     assert (env.start_pos, env.key_pos, env.door_pos) == first
+
+
+def test_single_env_steps_on_plain_python_values():
+    """The single env runs the rules on Python scalars, not on length-1 arrays (those made every
+    step 3-4x slower, issue 51), and hands out plain Python values."""
+    env = DarkKeyToDoorEnv(size=3, episode_len=4, trial_len=9)
+    env.reset(seed=0)
+    actions = np.random.default_rng(0).integers(0, 5, size=60)
+    for action in actions:
+        obs, reward, terminated, truncated, info = env.step(action)
+        assert obs.dtype == np.float32 and obs.shape == env.observation_space.shape
+        assert type(reward) is float and type(terminated) is bool and type(truncated) is bool
+        assert type(info["inner_episode"]) is int and type(info["inner_episode_step"]) is int
+        if info.get("inner_episode_done"):
+            assert type(info["inner_episode_return"]) is float
+            assert type(info["inner_episode_success"]) is bool
+        core = env.core
+        state = (core.pos, core.start, core.key, core.door, core.t, core.trial_t, core.inner)
+        assert all(type(v) is int for v in state) and type(core.has_key) is bool
+        if terminated or truncated:
+            env.reset()
+
+
+def test_moved_is_where_the_env_goes():
+    """``moved`` (used by the scripted agents and replays) follows the env's movement rule."""
+    env = DarkKeyToDoorEnv(size=4, episode_len=50, trial_len=500)
+    env.reset(seed=5)
+    checked = 0
+    for action in np.random.default_rng(1).integers(0, 5, size=400).tolist():
+        before = env.agent_pos
+        info = env.step(action)[4]
+        if not info.get("inner_episode_done"):  # else the agent is back at the start
+            assert env.agent_pos == moved(before, action, env.size)
+            checked += 1
+    assert checked > 300
 
 
 @pytest.mark.parametrize("kwargs", [{"size": 1}, {"episode_len": 0}, {"trial_len": "10"}])

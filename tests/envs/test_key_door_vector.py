@@ -88,3 +88,28 @@ def test_observations_are_fresh_arrays():
     for _ in range(5):
         vec.step(np.full(4, 4))
     np.testing.assert_array_equal(first, kept)
+
+
+def test_arrays_handed_out_are_not_the_envs_state():
+    """The core replaces its state arrays rather than writing into them, so an inner episode's
+    info arrays are not copied and must keep their values under later steps; and what a caller
+    does to the arrays it got does not change the env."""
+    vec = DarkKeyToDoorVectorEnv(4, size=3, episode_len=3, trial_len=7)
+    ref = DarkKeyToDoorVectorEnv(4, size=3, episode_len=3, trial_len=7)
+    vec.reset(seed=2)
+    ref.reset(seed=2)
+    kept = []
+    for step in range(30):
+        actions = np.full(4, step % 5)
+        obs, reward, terminated, truncated, infos = vec.step(actions)
+        expected = ref.step(actions)
+        for a, b in zip((obs, reward, terminated, truncated), expected[:4], strict=True):
+            np.testing.assert_array_equal(a, b)
+        if infos:
+            kept.append((infos, {k: np.copy(v) for k, v in infos.items()}))
+        for array in (obs, reward, terminated, truncated):
+            array[...] = 1
+    assert len(kept) >= 5
+    for infos, copies in kept:
+        for key, value in infos.items():
+            np.testing.assert_array_equal(value, copies[key])
