@@ -69,6 +69,12 @@ CATALOGUE: tuple[Breakage, ...] = (
         "return -torch.max(advantages * ratio, advantages * ratio.clamp(1.0 - clip, 1.0 + clip))",
         "PPO's surrogate takes the pessimistic (clipped) branch",
     ),
+    _ppo(
+        "ppo-approx-kl-k1",
+        "return torch.exp(log_ratio) - 1.0 - log_ratio",
+        "return -log_ratio",
+        "approx_kl is the non-negative estimate (r - 1) - log r (1 - ln 2 at r = 2)",
+    ),
     # --- MEM1: token losses -----------------------------------------------------------------
     _mem1(
         "mem1-ratio-inverted",
@@ -291,6 +297,20 @@ CATALOGUE: tuple[Breakage, ...] = (
         "loss, stats = self._loss_and_stats(sub, fwd, None)",
         "micro-batches add up to the minibatch's token-mean",
     ),
+    _mem1(
+        "mem1-value-clip-around-new",
+        "losses.py",
+        "v_clipped = old_values + torch.clamp(values - old_values, -clip, clip)",
+        "v_clipped = values + torch.clamp(old_values - values, -clip, clip)",
+        "the value clip is around the old values, not the new ones",
+    ),
+    _mem1(
+        "mem1-update-outside-mmap-scope",
+        "learner.py",
+        "with big_blocks_mapped(self._device):",
+        "with contextlib.nullcontext():",
+        "a CPU learner update runs with big blocks mapped (big_blocks_mapped)",
+    ),
     # --- Memo: learner ----------------------------------------------------------------------
     _memo(
         "memo-ratio-inverted",
@@ -340,6 +360,20 @@ CATALOGUE: tuple[Breakage, ...] = (
         "kl = mean(prev.kl(curr))",
         "kl = mean(curr.kl(prev))",
         "the KL term is KL(stored || current)",
+    ),
+    _memo(
+        "memo-explained-variance-normalized",
+        "learner.py",
+        "LEARNER_RESULTS_VF_EXPLAINED_VAR_KEY: explained_variance(targets, values, mask),",
+        "LEARNER_RESULTS_VF_EXPLAINED_VAR_KEY: explained_variance(targets, v_norm, mask),",
+        "vf_explained_var compares the targets with the values in return units",
+    ),
+    _memo(
+        "memo-rows-shuffled-once",
+        "learner.py",
+        "order = rng.permutation(len(steps))",
+        "order = np.random.default_rng(seed).permutation(len(steps))",
+        "each epoch shuffles the rows anew",
     ),
     # --- Memo: trial rows and advantages ----------------------------------------------------
     _memo(
@@ -497,6 +531,27 @@ CATALOGUE: tuple[Breakage, ...] = (
         "batch[MEMO_TRIAL_T] = trial_t.astype(np.int64)",
         "a reset row restarts its cache (ended trials are not rebuilt under new weights)",
     ),
+    _memo(
+        "memo-bulk-prefix-by-position",
+        "bulk_learner.py",
+        "obs[row[0, first[ii]], kk] = prefix[first[ii], kk]",
+        "obs[row[0, first[ii]], kk] = prefix[ii, kk]",
+        "a bulk row that starts mid-trial takes its own env's earlier observations",
+    ),
+    _memo(
+        "memo-bulk-value-stats-over-padding",
+        "bulk_learner.py",
+        "module.vf.update(torch.from_numpy(targets[mask]).to(device))",
+        "module.vf.update(torch.from_numpy(targets).to(device))",
+        "the bulk batch moves the value statistics with the loss steps' targets only",
+    ),
+    _memo(
+        "memo-bulk-seg-len-not-drawn",
+        "bulk_runner.py",
+        "seg = self.module.memo_cfg.l_seg if not explore else self.module._acting_seg",
+        "seg = self.module.memo_cfg.l_seg",
+        "a bulk rollout records the segment length exploration acted with",
+    ),
     # --- bulk rollouts: GAE over (T, N) arrays and the runner's rows ------------------------
     _rollout(
         "rollout-gae-propagate-off-by-one",
@@ -539,5 +594,61 @@ CATALOGUE: tuple[Breakage, ...] = (
         "rollout.obs[t + 1] = obs",
         "rollout.obs[t] = obs",
         "row t holds the observation the policy acted on at t (the step's result goes to t + 1)",
+    ),
+    _rollout(
+        "rollout-grown-obs-misaligned",
+        "env_runner.py",
+        "obs=np.concatenate([rollout.obs, more.obs[1:]]),",
+        "obs=np.concatenate([rollout.obs[:-1], more.obs]),",
+        "a rollout that outgrows its first allocation keeps row t's observation at row t",
+    ),
+    _rollout(
+        "rollout-train-obs-shifted",
+        "learner.py",
+        "(Columns.OBS, obs[:-1]),",
+        "(Columns.OBS, obs[1:]),",
+        "a train-batch row holds the observation its action was chosen on",
+    ),
+    _rollout(
+        "rollout-advantages-not-centred",
+        "learner.py",
+        "batch[Postprocessing.ADVANTAGES] = (adv - adv.mean()) / std.clamp(min=1e-4)",
+        "batch[Postprocessing.ADVANTAGES] = adv / std.clamp(min=1e-4)",
+        "standardized advantages have mean 0 over the real steps",
+    ),
+    _rollout(
+        "rollout-minibatches-shuffled-once",
+        "learner.py",
+        "order = torch.from_numpy(rng.permutation(size)).to(device)",
+        "order = torch.from_numpy(np.random.default_rng(seed).permutation(size)).to(device)",
+        "each epoch shuffles the flat batch anew",
+    ),
+    _rollout(
+        "rollout-minibatches-same-every-update",
+        "learner.py",
+        "seed = (int(self.config.seed or 0), int(self._weights_seq_no))",
+        "seed = (int(self.config.seed or 0), 0)",
+        "each update shuffles its minibatches anew",
+    ),
+    _rollout(
+        "rollout-lstm-sequences-shuffled-once",
+        "recurrent_learner.py",
+        "for group in np.array_split(rng.permutation(rows), count):",
+        "for group in np.array_split(np.random.default_rng(0).permutation(rows), count):",
+        "each epoch shuffles the LSTM sequences anew",
+    ),
+    _rollout(
+        "rollout-lstm-advantages-over-padding",
+        "recurrent_learner.py",
+        "sel = adv[mask]",
+        "sel = adv.flatten()",
+        "LSTM advantages are standardized over the real steps, not the sequences' padding",
+    ),
+    _rollout(
+        "rollout-overlap-batch-not-marked",
+        "overlap.py",
+        "rollout.extras[ACTED_BEHIND] = True",
+        "rollout.extras[ACTED_BEHIND] = False",
+        "a batch sampled during the last update is marked as acted one version behind",
     ),
 )

@@ -15,13 +15,14 @@ from ray.rllib.evaluation.postprocessing import Postprocessing
 from memrl.experiment.build import build_algorithm_config
 from memrl.experiment.config import parse_config
 from memrl.rollout.env_runner import BulkEnvRunner
-from memrl.rollout.learner import BulkPPOLearner, flat_minibatches, rollout_batch
+from memrl.rollout.learner import BulkPPOLearner, BulkUpdate, flat_minibatches, rollout_batch
 
 NUM_ENVS = 5
 STEPS = 200  # 40 rows per env: trials of 30 steps end inside every rollout
 
 
 KEY_DOOR = {"config": {"size": 4, "episode_len": 6, "trial_len": 30}}
+SHORT_TRIALS = {"config": {"size": 4, "episode_len": 2, "trial_len": 2}}
 CORRIDOR = {"id": "memrl/MemoryCorridor-v0", "config": {"length": 4, "episodes_per_trial": 6}}
 
 
@@ -58,7 +59,9 @@ def test_same_on_the_corridor():
     _compare(_learner(CORRIDOR), True, CORRIDOR, "vector")
 
 
-def _compare(learner, explore: bool, env: dict, stepping: str) -> None:
+def _compare(learner, explore: bool, env: dict, stepping: str) -> list[int]:
+    """Compares three rollouts with RLlib's episodes; returns their row counts."""
+    rows = []
     old = SingleAgentEnvRunner(config=_config("episodes", env))
     new = BulkEnvRunner(config=_config("bulk", env, env_vectorize_mode=stepping))
     for a, b in zip(
@@ -71,6 +74,7 @@ def _compare(learner, explore: bool, env: dict, stepping: str) -> None:
         episodes = old.sample(num_timesteps=STEPS, explore=explore)
         torch.manual_seed(round_)
         (rollout,) = new.sample(num_timesteps=STEPS, explore=explore)
+        rows.append(rollout.num_steps)
         assert len(rollout) == sum(len(e) for e in episodes)
         chunks = trial_chunks(rollout)
         assert len(chunks) == len(episodes)
@@ -117,6 +121,16 @@ def _compare(learner, explore: bool, env: dict, stepping: str) -> None:
         )
     old.stop()
     new.stop()
+    return rows
+
+
+def test_a_rollout_that_outgrows_its_first_allocation_keeps_its_rows_aligned():
+    """Two-step trials: a third of the rows are reset rows, more than the first allocation has
+    room for (40 rows per env, plus 1 + 40 // 8), so each rollout grows while it is filled; its
+    rows still match RLlib's episodes step for step."""
+    rows = _compare(_learner(SHORT_TRIALS), True, SHORT_TRIALS, "vector")
+    per_env = STEPS // NUM_ENVS
+    assert min(rows) > per_env + 1 + per_env // 8
 
 
 def test_metrics_count_env_steps_trials_and_inner_episodes():
@@ -179,6 +193,53 @@ def test_minibatches_cover_every_step_once_per_epoch():
     for epoch in (seen[:4], seen[4:]):
         assert sorted(torch.cat(epoch).tolist()) == list(range(103))
         assert {len(s) for s in epoch} <= {25, 26}
+    assert not torch.equal(torch.cat(seen[:4]), torch.cat(seen[4:]))  # shuffled anew
+
+
+def test_each_update_shuffles_its_minibatches_anew():
+    """The minibatch order of an update depends on the learner's weights version: the update
+    after the first cuts the same rollout into other minibatches."""
+    learner = _learner()
+    runner = BulkEnvRunner(config=_config("bulk"))
+    (rollout,) = runner.sample(num_timesteps=STEPS)
+    runner.stop()
+    module = learner.module[DEFAULT_MODULE_ID].unwrapped()
+    config = learner.config.get_config_for_module(DEFAULT_MODULE_ID)
+
+    def first_minibatch() -> torch.Tensor:
+        update = BulkUpdate(DEFAULT_MODULE_ID, module, config, [rollout], 50, 1)
+        first = next(iter(learner.rollout_minibatches(update)))
+        return first.policy_batches[DEFAULT_MODULE_ID][Columns.ACTION_LOGP]
+
+    before = first_minibatch()
+    torch.testing.assert_close(first_minibatch(), before)  # the same update: the same order
+    learner.update(episodes=[rollout], num_epochs=1, minibatch_size=50, timesteps={})
+    assert not torch.equal(first_minibatch(), before)
+
+
+def test_train_batch_rows_hold_what_was_acted_on_and_standardized_advantages(learner):
+    """Row i of the train batch holds the observation its action was chosen on (the acting
+    module gives back the stored logits and log-prob there), and its advantage standardized over
+    the real steps: the raw advantages shifted to mean 0 and scaled to std 1."""
+    runner = BulkEnvRunner(config=_config("bulk"))
+    runner.sample(num_timesteps=STEPS)
+    (rollout,) = runner.sample(num_timesteps=STEPS)
+    module = learner.module[DEFAULT_MODULE_ID].unwrapped()
+    batch = rollout_batch(module, [rollout], gamma=0.99, lambda_=0.95)
+    with torch.no_grad():
+        out = runner.module.forward_exploration({Columns.OBS: batch[Columns.OBS]})
+    runner.stop()
+    logits = out[Columns.ACTION_DIST_INPUTS]
+    torch.testing.assert_close(logits, batch[Columns.ACTION_DIST_INPUTS], rtol=1e-5, atol=1e-5)
+    logp = torch.log_softmax(logits, -1).gather(1, batch[Columns.ACTIONS][:, None].long())
+    torch.testing.assert_close(logp[:, 0], batch[Columns.ACTION_LOGP], rtol=1e-5, atol=1e-5)
+    raw = rollout_batch(module, [rollout], gamma=0.99, lambda_=0.95, standardize=False)
+    raw = raw[Postprocessing.ADVANTAGES]
+    assert abs(float(raw.mean())) > 0.1 * float(raw.std(correction=0))  # centring matters
+    adv = batch[Postprocessing.ADVANTAGES]
+    assert float(adv.mean()) == pytest.approx(0.0, abs=1e-5)
+    assert float(adv.std(correction=0)) == pytest.approx(1.0, rel=1e-4)
+    torch.testing.assert_close(adv, (raw - raw.mean()) / raw.std(correction=0))
 
 
 def test_bulk_refused_where_it_cannot_run():

@@ -1,26 +1,81 @@
 """Overlapped sampling (``resources.overlap_sampling``): PPO trains on the batch sampled during
 the previous step while a thread (or a remote env runner) samples the next one, on a real local
-Ray; Memo's learner trains such a batch with decoupled PPO."""
+Ray; Memo's learner trains such a batch with decoupled PPO, which it knows from the mark the step
+puts on it (checked without Ray)."""
 
 from __future__ import annotations
 
 import os
 import sys
 import time
+from types import SimpleNamespace
 
+import gymnasium as gym
+import numpy as np
 import pytest
 import ray
 from memrl_testing import TINY_MEMO, bulk_config
 from ray import cloudpickle
 from ray.rllib.utils.metrics import ENV_RUNNER_RESULTS, LEARNER_RESULTS
+from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
 
 from memrl.experiment.build import build_algorithm_config
 from memrl.experiment.config import parse_config
 from memrl.experiment.progress import metrics_row
 from memrl.methods.memo.bulk_runner import MemoBulkEnvRunner
+from memrl.rollout.arrays import ACTED_BEHIND, Rollout
+from memrl.rollout.learner import rollouts_in
 from memrl.rollout.overlap import OverlappedPPO
 
 MLP = {"type": "mlp", "hiddens": [16]}
+
+
+class _DriverRunner:
+    """The driver's env runner (num_env_runners 0) reduced to what a training step reads: each
+    sample is a fresh one-env rollout of two steps."""
+
+    env = "an env"
+
+    def sample(self, num_timesteps: int) -> list[Rollout]:
+        space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+        return [Rollout.empty(2, 1, space, gym.spaces.Discrete(2), 2)]
+
+    def get_metrics(self) -> dict:
+        return {}
+
+
+class _DriverOnly:
+    """An env runner group of the driver's runner alone."""
+
+    local_env_runner = _DriverRunner()
+
+    def num_remote_workers(self) -> int:
+        return 0
+
+    def sync_weights(self, **kwargs) -> None:
+        pass
+
+
+def test_a_batch_sampled_during_the_last_update_reaches_the_learner_marked_acted_behind():
+    """No Ray: OverlappedPPO's training step with the driver's runner, the learner update
+    replaced by a record of what it gets. The first batch is sampled on the spot and trains as
+    acted on time; each later one, sampled by the thread during the update before, is marked
+    ``ACTED_BEHIND`` (so Memo's learner trains it with decoupled PPO)."""
+    algo = OverlappedPPO.__new__(OverlappedPPO)  # the step's own state, without RLlib's setup
+    algo.env_runner_group = _DriverOnly()
+    algo.config = SimpleNamespace(total_train_batch_size=2)
+    algo.metrics = MetricsLogger()
+    algo.learner_group = None
+    marks = []
+
+    def update(samples):
+        marks.append([bool(r.extras.get(ACTED_BEHIND)) for r in rollouts_in(samples)])
+        return [{"default_policy": {}}]
+
+    algo._update = update
+    for _ in range(3):
+        algo.training_step()
+    assert marks == [[False], [True], [True]]
 
 
 @pytest.fixture(scope="module")

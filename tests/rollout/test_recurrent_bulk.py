@@ -5,6 +5,7 @@ of max_seq_len steps that start from the state their first step acted from."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 from memrl_testing import bulk_config, learner_for, trial_chunks
 from ray.rllib.core import DEFAULT_MODULE_ID
@@ -12,6 +13,7 @@ from ray.rllib.core.columns import Columns
 from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
 from ray.rllib.evaluation.postprocessing import Postprocessing
 
+from memrl.rollout.learner import BulkUpdate
 from memrl.rollout.recurrent_learner import (
     RecurrentBulkPPOLearner,
     recurrent_gae,
@@ -104,3 +106,51 @@ def test_an_lstm_update_trains_every_step():
     results = learner.update(episodes=[rollout], num_epochs=2, minibatch_size=30, timesteps={})
     trained = results[ALL_MODULES][NUM_ENV_STEPS_TRAINED]
     assert (trained.peek() if hasattr(trained, "peek") else trained) == 2 * len(rollout)
+
+
+@pytest.fixture(scope="module")
+def lstm_rollout():
+    """A learner and a rollout that starts mid-trial (its trials end at different rows, so the
+    sequences leave padding)."""
+    config = _config("bulk")
+    runner = RecurrentBulkEnvRunner(config=config)
+    runner.sample(num_timesteps=STEPS)
+    (rollout,) = runner.sample(num_timesteps=STEPS)
+    learner = learner_for(config, runner)
+    runner.stop()
+    return learner, rollout
+
+
+def test_advantages_are_standardized_over_the_real_steps_only(lstm_rollout):
+    """Mean 0 and std 1 over the loss mask, 0 on the sequences' padding: the raw advantages of
+    the real steps shifted and scaled by their own statistics."""
+    learner, rollout = lstm_rollout
+    module = learner.module[DEFAULT_MODULE_ID].unwrapped()
+    kw = dict(max_seq_len=SEQ, gamma=0.99, lambda_=0.95)
+    batch = sequence_batch(module, [rollout], **kw)
+    raw = sequence_batch(module, [rollout], standardize=False, **kw)[Postprocessing.ADVANTAGES]
+    mask = batch[Columns.LOSS_MASK]
+    assert int((~mask).sum()) >= SEQ  # padding the statistics must leave out
+    adv = batch[Postprocessing.ADVANTAGES]
+    real = raw[mask]
+    torch.testing.assert_close(adv[mask], (real - real.mean()) / real.std(correction=0))
+    assert bool((adv[~mask] == 0).all())
+
+
+def test_each_epoch_shuffles_the_sequences_anew(lstm_rollout):
+    learner, rollout = lstm_rollout
+    module = learner.module[DEFAULT_MODULE_ID].unwrapped()
+    config = learner.config.get_config_for_module(DEFAULT_MODULE_ID)
+    update = BulkUpdate(DEFAULT_MODULE_ID, module, config, [rollout], 30, 2)
+    minibatches = list(learner.rollout_minibatches(update))
+    half = len(minibatches) // 2
+    assert half >= 2
+
+    def order(epoch) -> torch.Tensor:  # each sequence by its first step's log-prob
+        return torch.cat(
+            [m.policy_batches[DEFAULT_MODULE_ID][Columns.ACTION_LOGP][:, 0] for m in epoch]
+        )
+
+    first, second = order(minibatches[:half]), order(minibatches[half:])
+    assert sorted(first.tolist()) == sorted(second.tolist())  # every sequence once per epoch
+    assert not torch.equal(first, second)

@@ -3,6 +3,7 @@ out by hand, micro-batched updates against one pass, the scoring pass against th
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import numpy as np
@@ -347,3 +348,39 @@ def test_big_blocks_are_mapped_during_a_cpu_update_only():
     inside, after = mapped_kib("update,cpu")
     assert inside >= 1024 and after == 0
     assert mapped_kib("update,meta") == (0, 0)  # not a CPU learner: glibc's default kept
+
+
+def test_a_cpu_update_runs_its_forward_and_backward_with_big_blocks_mapped(
+    make_learner, monkeypatch
+):
+    """Every micro-batch of a CPU learner update runs inside ``big_blocks_mapped`` (checked by
+    wrapping the real scope and recording, at each micro-batch's loss, whether it is open)."""
+    import memrl.methods.mem1.learner as mem1_learner
+
+    learner = make_learner(algorithm="ppo", micro_batch_tokens=30)
+    opened = []
+    real_scope = mem1_learner.big_blocks_mapped
+
+    @contextlib.contextmanager
+    def recorded_scope(device):
+        with real_scope(device):
+            opened.append(device)
+            try:
+                yield
+            finally:
+                opened.pop()
+
+    monkeypatch.setattr(mem1_learner, "big_blocks_mapped", recorded_scope)
+    inside = []
+    loss_and_stats = learner._loss_and_stats
+
+    def recorded_loss(*args, **kwargs):
+        inside.append([d.type for d in opened])
+        return loss_and_stats(*args, **kwargs)
+
+    monkeypatch.setattr(learner, "_loss_and_stats", recorded_loss)
+    rows = _update_rows(learner, "ppo")
+    learner.update(batch=MultiAgentBatch({DEFAULT_MODULE_ID: SampleBatch(rows)}, env_steps=1))
+    assert len(inside) >= 2  # several micro-batches
+    assert inside == [["cpu"]] * len(inside)
+    assert opened == []  # closed after the update

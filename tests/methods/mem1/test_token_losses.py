@@ -19,6 +19,7 @@ from memrl.methods.mem1.losses import (
     rl_loss,
 )
 from memrl.methods.mem1.rollout import TextEpisode
+from memrl.methods.ppo_math import approx_kl
 
 
 def test_clipped_pg_loss_by_hand():
@@ -53,6 +54,34 @@ def test_value_clip_is_around_the_old_values():
     # token 1: unclipped (-1-0)^2 = 1, clipped to 0.5: .25 -> 1
     assert loss.item() == pytest.approx(0.5 * (1 + 1) / 2)
     assert stats["vf_clipfrac"].item() == pytest.approx(0.5)
+
+
+def test_value_clip_separates_old_from_new_values_where_it_binds():
+    """The clip is around the old values: token 0 moved four times the clip (2.0 to 3.0, clip
+    0.25), so its clipped value is 2.25 (not 3.0 - 0.25, a clip around the new value); token 1
+    moved less than the clip, so its clipped value is its own 1.1 (not the old 1.0). The hand
+    cases above cannot tell the two apart."""
+    values = torch.tensor([[3.0, 1.1]])
+    old = torch.tensor([[2.0, 1.0]])
+    returns = torch.tensor([[3.5, 2.0]])
+    mask = torch.tensor([[True, True]])
+    loss, stats = clipped_value_loss(values, old, returns, mask, clip=0.25)
+    # token 0: unclipped (3-3.5)^2 = .25, clipped (2.25-3.5)^2 = 1.5625 -> 1.5625;
+    # token 1: unclipped = clipped = (1.1-2)^2 = .81
+    assert loss.item() == pytest.approx(0.5 * (1.5625 + 0.81) / 2)
+    assert stats["vf_clipfrac"].item() == pytest.approx(0.5)
+
+
+def test_approx_kl_is_the_non_negative_estimate():
+    """(r - 1) - log r per step: 1 - ln 2 at r = 2, ln 2 - 1/2 at r = 1/2, 0 at r = 1, and
+    never negative; clipped_pg_loss reports its token-mean."""
+    log_ratio = torch.log(torch.tensor([2.0, 0.5, 1.0]))
+    want = [1.0 - math.log(2.0), math.log(2.0) - 0.5, 0.0]
+    assert approx_kl(log_ratio).tolist() == pytest.approx(want, abs=1e-6)
+    assert bool((approx_kl(torch.randn(1000) * 3) >= 0).all())
+    mask = torch.ones(1, 3, dtype=torch.bool)
+    _, stats = clipped_pg_loss(log_ratio[None], torch.zeros(1, 3), torch.ones(1, 3), mask, 0.2)
+    assert stats["approx_kl"].item() == pytest.approx(sum(want) / 3, abs=1e-6)
 
 
 def test_losses_ignore_unmasked_tokens_entirely():

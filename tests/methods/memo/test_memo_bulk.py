@@ -4,6 +4,9 @@ the arrays as from the episode chunks, for rollouts that start and end mid-trial
 
 from __future__ import annotations
 
+import copy
+
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -15,8 +18,8 @@ from ray.rllib.evaluation.postprocessing import Postprocessing
 
 from memrl.methods.memo.bulk_learner import MemoBulkLearner, memo_rollout_batch, trial_rows
 from memrl.methods.memo.bulk_runner import MemoBulkEnvRunner
-from memrl.methods.memo.columns import BEHAVIOUR_WEIGHTS, MEMO_SEG_LEN
-from memrl.rollout.arrays import ACTED_BEHIND
+from memrl.methods.memo.columns import BEHAVIOUR_WEIGHTS, MEMO_PREFIX_OBS, MEMO_SEG_LEN
+from memrl.rollout.arrays import ACTED_BEHIND, Rollout
 
 NUM_ENVS = 3
 STEPS = 60  # 20 rows per env: 30-step trials span rollouts
@@ -188,3 +191,68 @@ def test_an_update_logs_the_statistics_of_its_last_minibatch(monkeypatch):
     assert len(variances) == 2 * 5  # two blocks: the first and the last minibatch
     logged = float(results[DEFAULT_MODULE_ID]["vf_explained_var"])
     assert logged == pytest.approx(float(variances[5]), nan_ok=True)
+
+
+def test_rows_that_start_mid_trial_take_their_own_envs_earlier_observations():
+    """Env 0 starts the rollout at a trial's first step, envs 1 and 2 mid-trial (steps 2 and 1):
+    each row's context before the rollout is its own env's prefix, found by env index (env 0's
+    prefix holds an older trial's observations, which no row may read)."""
+    obs_space = gym.spaces.Box(-np.inf, np.inf, (1,), np.float32)
+    rollout = Rollout.empty(2, 3, obs_space, gym.spaces.Discrete(2), 2)
+    rollout.valid[:] = True
+    rollout.trial_t[0] = [0, 2, 1]
+    rollout.trial_t[1] = rollout.trial_t[0] + 1
+    rollout.obs[..., 0] = 1000 + 10 * np.arange(3)[:, None] + np.arange(3)[None, :]
+    prefix = np.zeros((3, 2, 1), np.float32)
+    prefix[..., 0] = 100 * (1 + np.arange(3))[:, None] + np.arange(2)[None, :]
+    rollout.extras[MEMO_PREFIX_OBS] = prefix
+    rows = trial_rows(rollout)
+    for n, start in enumerate(rollout.trial_t[0]):
+        row = rows["row"][0, n]
+        np.testing.assert_array_equal(rows["obs"][row, :start], prefix[n, :start])
+        np.testing.assert_array_equal(rows["obs"][row, start : start + 3], rollout.obs[:, n])
+        assert rows["mask"][row].nonzero()[0].tolist() == [start, start + 1]
+
+
+def test_the_bulk_batch_moves_the_value_statistics_with_the_loss_steps_only():
+    """Rows that start mid-trial hold lookback steps and padding off the loss mask; the critic's
+    value normalization moves with the targets of the loss steps alone (as the connector's)."""
+    config = _config("bulk")
+    runner = MemoBulkEnvRunner(config=config)
+    module = learner_for(config, runner).module[DEFAULT_MODULE_ID].unwrapped()
+    runner.sample(num_timesteps=STEPS)
+    (rollout,) = runner.sample(num_timesteps=STEPS)  # rows from trial step 0, loss on 20..39
+    runner.stop()
+    before = copy.deepcopy(module.vf)
+    batch = memo_rollout_batch(module, [rollout], gamma=0.99, lambda_=0.95)
+    mask = batch[Columns.LOSS_MASK]
+    targets = batch[Postprocessing.VALUE_TARGETS]
+    assert int((~mask).sum()) >= int(mask.sum())  # as many steps off the loss as on it
+    want, padded = copy.deepcopy(before), copy.deepcopy(before)
+    want.update(targets[mask])
+    padded.update(targets.flatten())
+    for ours, theirs, wrong in zip(module.vf.stats(), want.stats(), padded.stats(), strict=True):
+        assert float(ours) == pytest.approx(float(theirs), rel=1e-5)
+        assert abs(float(theirs) - float(wrong)) > 1e-3 * max(1.0, abs(float(theirs)))
+
+
+def test_a_rollout_records_the_segment_length_it_was_acted_with(monkeypatch):
+    """With segment randomization, exploration acts with a drawn length (drawn anew with each
+    new weights): the rollout records the length every step was acted with, l_seg when acting
+    greedily."""
+    runner = MemoBulkEnvRunner(config=_config("bulk"))
+    module = runner.module
+    assert module.seg_randomization
+    keeper = module.keeper
+    acted = []
+    step = keeper.step
+    monkeypatch.setattr(keeper, "step", lambda x, t, seg: acted.append(seg) or step(x, t, seg))
+    recorded = []
+    for explore in (True, True, True, False):
+        runner.set_state(runner.get_state())  # new weights: a new draw
+        acted.clear()
+        (rollout,) = runner.sample(num_timesteps=STEPS, explore=explore)
+        assert set(acted) == {rollout.extras[MEMO_SEG_LEN]}
+        recorded.append(rollout.extras[MEMO_SEG_LEN])
+    assert recorded[-1] == module.memo_cfg.l_seg
+    assert any(seg != module.memo_cfg.l_seg for seg in recorded[:-1])

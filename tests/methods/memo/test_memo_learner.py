@@ -7,6 +7,7 @@ from __future__ import annotations
 import gymnasium as gym
 import pytest
 import torch
+from ray.rllib.algorithms.ppo.ppo import LEARNER_RESULTS_VF_EXPLAINED_VAR_KEY
 from ray.rllib.core import DEFAULT_MODULE_ID
 from ray.rllib.core.columns import Columns
 from ray.rllib.evaluation.postprocessing import Postprocessing
@@ -125,3 +126,29 @@ def test_kl_term_adds_the_coefficient_times_kl_from_the_stored_distribution(kl_c
         reverse = ((new.exp() * (new - old)).sum(-1) * mask).sum() / mask.sum()
     assert float(kl_mean) > 0.1 and abs(float(reverse) - float(kl_mean)) > 1e-2
     assert loss.item() == pytest.approx(float(ppo + kl_coeff * kl_mean), rel=1e-5)
+
+
+def test_explained_variance_compares_targets_with_values_in_return_units():
+    """``vf_explained_var`` is 1 - Var(targets - V) / Var(targets) with V the critic's values in
+    return units (de-normalized), not its normalized output: targets close to V, with the
+    normalizer's statistics far from the identity, give a value near 1."""
+    learner = _learner()
+    module = learner.module[DEFAULT_MODULE_ID].unwrapped()
+    batch = _batch(learner)
+    mask = batch[Columns.LOSS_MASK]
+    module.vf.update(batch[Postprocessing.VALUE_TARGETS][mask])  # mean ~12, std ~5
+    with torch.no_grad():
+        values = module.vf.denormalize(module.forward_train(batch)[VF_PREDS])
+    g = torch.Generator().manual_seed(3)
+    noise = 0.05 * torch.randn(values.shape, generator=g)
+    batch[Postprocessing.VALUE_TARGETS] = (values + noise) * mask
+    _, fwd, _ = _loss(learner, batch)
+    logged = float(learner.metrics.peek((DEFAULT_MODULE_ID, LEARNER_RESULTS_VF_EXPLAINED_VAR_KEY)))
+    targets = batch[Postprocessing.VALUE_TARGETS][mask]
+    with torch.no_grad():
+        raw = module.vf.denormalize(fwd[VF_PREDS])[mask]
+        normalized = fwd[VF_PREDS][mask]
+    want = 1 - float((targets - raw).var() / targets.var())
+    assert logged == pytest.approx(want, rel=1e-4)
+    assert want > 0.5
+    assert abs(1 - float((targets - normalized).var() / targets.var()) - want) > 0.1

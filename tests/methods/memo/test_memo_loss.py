@@ -115,13 +115,16 @@ def _batch(steps_per_row: list[int]) -> dict[str, dict[str, torch.Tensor]]:
     }
 
 
-def test_minibatches_keep_rows_whole_and_cover_each_row_once_per_epoch():
+def test_minibatches_keep_rows_whole_and_cover_each_row_once_per_epoch_in_a_new_order():
     batch = _batch([10] * 7)
     out = list(row_minibatches(batch, minibatch_size=25, num_epochs=2, env_steps=70, seed=1))
     assert len(out) == 2 * 3  # ceil(70 / 25) = 3 per epoch
+    orders = []
     for epoch in (out[:3], out[3:]):
         rows = torch.cat([m.policy_batches["default_policy"][Columns.OBS][:, 0] for m in epoch])
         assert sorted(rows.tolist()) == [10.0 * i for i in range(7)]
+        orders.append(rows.tolist())
+    assert orders[0] != orders[1]  # each epoch shuffles anew
     first = out[0].policy_batches["default_policy"]
     assert first[Columns.OBS].shape[1] == 10 and first["memo_seg_len"].shape == (
         first[Columns.OBS].shape[0],
