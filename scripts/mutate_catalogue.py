@@ -157,8 +157,8 @@ CATALOGUE: tuple[Breakage, ...] = (
     _mem1(
         "mem1-dynamic-sampling-keeps-flat-groups",
         "selection.py",
-        "return {str(g) for g in np.unique(keys) if np.ptp(np.asarray(rewards)[keys == g]) > 0}",
-        "return {str(g) for g in np.unique(keys) if np.ptp(np.asarray(rewards)[keys == g]) >= 0}",
+        "return {str(g) for g in np.unique(keys) if np.ptp(values[keys == g]) > 0}",
+        "return {str(g) for g in np.unique(keys) if np.ptp(values[keys == g]) >= 0}",
         "dynamic sampling drops GRPO groups whose rewards are all equal",
     ),
     _mem1(

@@ -69,13 +69,8 @@ def test_lstm_bulk_acts_and_estimates_as_the_episode_path():
     new.stop()
 
 
-def test_sequences_start_from_the_state_their_first_step_acted_from():
-    config = _config("bulk")
-    runner = RecurrentBulkEnvRunner(config=config)
-    runner.sample(num_timesteps=STEPS)
-    (rollout,) = runner.sample(num_timesteps=STEPS)
-    learner = learner_for(config, runner)
-    runner.stop()
+def test_sequences_start_from_the_state_their_first_step_acted_from(lstm_rollout):
+    learner, rollout = lstm_rollout
     module = learner.module[DEFAULT_MODULE_ID].unwrapped()
     batch = sequence_batch(module, [rollout], max_seq_len=SEQ, gamma=0.99, lambda_=0.95)
     mask = batch[Columns.LOSS_MASK]

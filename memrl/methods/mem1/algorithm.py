@@ -424,10 +424,9 @@ class Mem1Algorithm(Algorithm):
         )
         per_task = {k: [float(r.get(k, 0.0)) for r in rows] for k in ["task_index", *numeric]}
         summary = {f"{k}_mean": float(np.mean(per_task[k])) for k in numeric}
-        if VALUES_FOUND in per_task:
-            found = sum(per_task[VALUES_FOUND])
-            kept = sum(per_task.get(VALUES_IN_STATE, [0.0]))
-            summary["state_recall"] = kept / found if found else float("nan")
+        found = sum(per_task.get(VALUES_FOUND, []))
+        if found:  # no search found an answer: no recall to report (and no NaN in the JSON)
+            summary["state_recall"] = sum(per_task.get(VALUES_IN_STATE, [])) / found
         return {
             "summary": summary,
             "returns": [float(r["reward"]) for r in rows],

@@ -24,8 +24,8 @@ from memrl.methods.mem1.rollout import episode_success
 
 def varying_groups(rewards: np.ndarray, groups: Sequence[str]) -> set[str]:
     """The groups whose rewards are not all equal (groups of one never vary)."""
-    keys = np.asarray(groups)
-    return {str(g) for g in np.unique(keys) if np.ptp(np.asarray(rewards)[keys == g]) > 0}
+    keys, values = np.asarray(groups), np.asarray(rewards)
+    return {str(g) for g in np.unique(keys) if np.ptp(values[keys == g]) > 0}
 
 
 def select_episodes(
